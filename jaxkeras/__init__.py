@@ -1,0 +1,74 @@
+"""jaxkeras: the classic Keras backend API (``keras.backend``) on JAX.
+
+``import jaxkeras as K`` gives every backend function at top level. Multi-backend Keras 2.3.1
+loads this module as an external backend with ``KERAS_BACKEND=jaxkeras``.
+"""
+
+from jaxkeras import config as _config
+from jaxkeras.config import (
+    epsilon,
+    floatx,
+    image_data_format,
+    normalize_data_format,
+    set_epsilon,
+    set_floatx,
+    set_image_data_format,
+)
+from jaxkeras.function import Function, eval, function, gradients, stop_gradient
+from jaxkeras.graph import Tensor, op
+from jaxkeras.conv import *  # noqa: F403
+from jaxkeras.ctc import *  # noqa: F403
+from jaxkeras.nn import *  # noqa: F403
+from jaxkeras.ops import *  # noqa: F403
+from jaxkeras.rnn import *  # noqa: F403
+from jaxkeras.state import (
+    Update,
+    Variable,
+    batch_get_value,
+    batch_set_value,
+    clear_session,
+    control_dependencies,
+    count_params,
+    eager,
+    get_session,
+    get_state,
+    get_uid,
+    get_value,
+    in_test_phase,
+    in_train_phase,
+    learning_phase,
+    learning_phase_scope,
+    manual_variable_initialization,
+    moving_average_update,
+    name_scope,
+    reset_uids,
+    set_learning_phase,
+    set_session,
+    set_state,
+    set_value,
+    state_scope,
+    symbolic,
+    update,
+    update_add,
+    update_sub,
+    variable,
+)
+from jaxkeras.tensors import (
+    backend,
+    constant,
+    dtype,
+    int_shape,
+    is_keras_tensor,
+    is_placeholder,
+    is_sparse,
+    is_tensor,
+    is_variable,
+    ndim,
+    placeholder,
+    shape,
+    to_dense,
+)
+
+_config.load_keras_json()
+
+__version__ = "0.1.0"

@@ -1,0 +1,163 @@
+"""Global settings: floatx, epsilon and image data format, read once from keras.json."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+_FLOATX_CHOICES = ("float16", "bfloat16", "float32", "float64")
+_DATA_FORMATS = ("channels_last", "channels_first")
+
+_settings: dict[str, Any] = {
+    "floatx": "float32",
+    "epsilon": 1e-7,
+    "image_data_format": "channels_last",
+}
+
+
+def keras_home() -> str:
+    """Returns the folder holding keras.json: ``$KERAS_HOME``, else ``~/.keras``."""
+    return os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+
+
+def _enable_x64_for(dtype: str) -> None:
+    if dtype == "float64" and not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+
+
+def floatx() -> str:
+    """Returns the default float type, as a string.
+
+    Returns:
+        One of ``'float16'``, ``'bfloat16'``, ``'float32'``, ``'float64'``.
+    """
+    return _settings["floatx"]
+
+
+def set_floatx(value: str) -> None:
+    """Sets the default float type.
+
+    ``'float64'`` turns on JAX's 64-bit mode (``jax_enable_x64``) so that float64 arrays really
+    are 64-bit.
+
+    Args:
+        value: ``'float16'``, ``'bfloat16'``, ``'float32'`` or ``'float64'``.
+
+    Raises:
+        ValueError: for any other value.
+    """
+    value = str(np.dtype(value).name) if value in ("half", "float", "double") else value
+    if value not in _FLOATX_CHOICES:
+        raise ValueError(f"set_floatx: unknown floatx {value!r}; expected one of {_FLOATX_CHOICES}")
+    _enable_x64_for(value)
+    _settings["floatx"] = str(value)
+
+
+def epsilon() -> float:
+    """Returns the fuzz factor used to keep numeric expressions finite (default 1e-7).
+
+    Returns:
+        A float.
+    """
+    return _settings["epsilon"]
+
+
+def set_epsilon(value: float) -> None:
+    """Sets the fuzz factor returned by :func:`epsilon`.
+
+    Args:
+        value: a non-negative number.
+
+    Raises:
+        ValueError: if ``value`` is not a non-negative real number.
+    """
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"set_epsilon: epsilon must be a number, got {value!r}") from None
+    if not value >= 0:
+        raise ValueError(f"set_epsilon: epsilon must be >= 0, got {value!r}")
+    _settings["epsilon"] = value
+
+
+def image_data_format() -> str:
+    """Returns the default image data format.
+
+    Returns:
+        ``'channels_last'`` or ``'channels_first'``.
+    """
+    return _settings["image_data_format"]
+
+
+def set_image_data_format(data_format: str) -> None:
+    """Sets the default image data format.
+
+    Args:
+        data_format: ``'channels_last'`` or ``'channels_first'``.
+
+    Raises:
+        ValueError: for any other value.
+    """
+    if data_format not in _DATA_FORMATS:
+        raise ValueError(
+            f"set_image_data_format: unknown data_format {data_format!r}; "
+            f"expected one of {_DATA_FORMATS}"
+        )
+    _settings["image_data_format"] = str(data_format)
+
+
+def normalize_data_format(value: str | None) -> str:
+    """Resolves a ``data_format`` argument: ``None`` means :func:`image_data_format`.
+
+    Args:
+        value: ``None``, ``'channels_last'`` or ``'channels_first'`` (any case).
+
+    Returns:
+        ``'channels_last'`` or ``'channels_first'``.
+
+    Raises:
+        ValueError: for any other value.
+    """
+    if value is None:
+        return image_data_format()
+    lowered = str(value).lower()
+    if lowered not in _DATA_FORMATS:
+        raise ValueError(
+            f"data_format must be one of {_DATA_FORMATS}, got {value!r}"
+        )
+    return lowered
+
+
+def load_keras_json(path: str | None = None) -> dict[str, Any]:
+    """Applies the settings of a keras.json file, when it exists; never writes it.
+
+    Args:
+        path: the file; default ``keras_home()/keras.json``.
+
+    Returns:
+        The settings read (empty when there is no file).
+
+    Raises:
+        ValueError: naming the file when it is not valid JSON or holds an invalid setting.
+    """
+    path = path or os.path.join(keras_home(), "keras.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict):
+            raise ValueError("the top level must be a JSON object")
+        if "floatx" in data:
+            set_floatx(data["floatx"])
+        if "epsilon" in data:
+            set_epsilon(data["epsilon"])
+        if "image_data_format" in data:
+            set_image_data_format(data["image_data_format"])
+    except (OSError, ValueError) as err:
+        raise ValueError(f"jaxkeras: cannot read Keras config file {path}: {err}") from err
+    return data

@@ -1,0 +1,3 @@
+"""conv (filled in by its issue)."""
+
+__all__: list[str] = []

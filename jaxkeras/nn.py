@@ -1,0 +1,3 @@
+"""nn (filled in by its issue)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""ops (filled in by its issue)."""
+
+__all__: list[str] = []

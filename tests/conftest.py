@@ -1,0 +1,22 @@
+"""Test set-up: small hypothesis budgets (CI has 2 cores) and a clean session per test."""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_session():
+    import jaxkeras as K
+
+    K.clear_session()
+    yield
+    K.clear_session()

@@ -1,0 +1,91 @@
+"""Shared checks: an op must agree with a NumPy reference in every way it can be run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+import jaxkeras as K
+
+
+def run_all_ways(op: Callable, inputs: Sequence[np.ndarray], batch_none: bool = True) -> dict:
+    """Runs ``op(*inputs)`` eagerly, through placeholders + K.function, on variables via K.eval,
+    and inside jax.jit; returns the results by way.
+
+    Args:
+        op: a function of tensors (usually a lambda around a K op with static arguments fixed).
+        inputs: NumPy arrays.
+        batch_none: give each placeholder an unknown first dimension.
+    """
+    inputs = [np.asarray(a) for a in inputs]
+    out = {"eager": op(*inputs)}
+    phs = [
+        K.placeholder(
+            shape=((None,) + a.shape[1:]) if batch_none and a.ndim else a.shape,
+            dtype=a.dtype.name,
+        )
+        for a in inputs
+    ]
+    sym = op(*phs)
+    f = K.function(phs, sym if isinstance(sym, (list, tuple)) else [sym])
+    res = f(inputs)
+    out["function"] = res if isinstance(sym, (list, tuple)) else res[0]
+    variables = [K.variable(a, dtype=a.dtype.name) for a in inputs]
+    out["variable"] = K.eval(op(*variables)) if not isinstance(sym, (list, tuple)) else [
+        K.eval(t) for t in op(*variables)
+    ]
+    out["jit"] = jax.jit(lambda *xs: op(*xs))(*inputs)
+    out["symbolic"] = sym
+    return out
+
+
+def check_op(op: Callable, reference: Callable, inputs: Sequence[np.ndarray], rtol: float = 1e-5,
+             atol: float = 1e-6, batch_none: bool = True) -> None:
+    """Asserts ``op`` agrees with ``reference(*inputs)`` (NumPy, ideally float64) every way, and
+    that the symbolic result's static shape agrees with the value's (``None`` allowed)."""
+    expected = reference(*[np.asarray(a) for a in inputs])
+    results = run_all_ways(op, inputs, batch_none)
+    sym = results.pop("symbolic")
+    for way, value in results.items():
+        if isinstance(expected, (list, tuple)):
+            for e, v in zip(expected, value):
+                np.testing.assert_allclose(np.asarray(v), e, rtol=rtol, atol=atol, err_msg=way)
+        else:
+            np.testing.assert_allclose(
+                np.asarray(value), expected, rtol=rtol, atol=atol, err_msg=way
+            )
+    syms = sym if isinstance(sym, (list, tuple)) else [sym]
+    exps = expected if isinstance(expected, (list, tuple)) else [expected]
+    for s, e in zip(syms, exps):
+        shape = K.int_shape(s)
+        assert len(shape) == np.ndim(e), (shape, np.shape(e))
+        for d, n in zip(shape, np.shape(e)):
+            assert d is None or d == n, (shape, np.shape(e))
+
+
+def numeric_grad(f: Callable, x: np.ndarray, eps: float = 1e-4) -> np.ndarray:
+    """Central finite differences of scalar ``f`` at ``x`` (float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
+
+
+def check_grad(op: Callable, x: np.ndarray, rtol: float = 1e-3, atol: float = 1e-4) -> None:
+    """Asserts K.gradients of ``sum(op(x))`` agrees with finite differences (float64 math)."""
+    xp = K.placeholder(shape=x.shape, dtype="float32")
+    (g,) = K.gradients(K.sum(op(xp)) if hasattr(K, "sum") else op(xp), [xp])
+    got = K.function([xp], [g])([x.astype(np.float32)])[0]
+
+    def f(v):
+        with jax.default_device(jax.devices("cpu")[0]):
+            return float(np.sum(np.asarray(K.eval(op(K.constant(v, dtype="float32"))),
+                                           dtype=np.float64)))
+
+    want = numeric_grad(f, x, eps=1e-2 * max(1.0, float(np.abs(x).max())) * 1e-1)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
