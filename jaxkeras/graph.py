@@ -611,8 +611,8 @@ def _eval_shape(fn, treedef, leaves, salt, dims: Callable[[], Any]) -> Any:
         values = list(leaves)
         for i, v in zip(sym_positions, sym_values):
             values[i] = v
-        ctx = Context(rng=jax.random.PRNGKey(0), learning_phase=0)
-        return _call(fn, treedef, values, salt, ctx)
+        with Context(rng=jax.random.PRNGKey(0), learning_phase=0) as ctx:
+            return _call(fn, treedef, values, salt, ctx)
 
     return jax.eval_shape(run, *specs)
 
