@@ -14,10 +14,10 @@ from jaxkeras.config import (
     set_floatx,
     set_image_data_format,
 )
-from jaxkeras.function import Function, eval, function, gradients, stop_gradient
-from jaxkeras.graph import Tensor, op
 from jaxkeras.conv import *  # noqa: F403
 from jaxkeras.ctc import *  # noqa: F403
+from jaxkeras.function import Function, eval, function, gradients, stop_gradient
+from jaxkeras.graph import Tensor, op
 from jaxkeras.nn import *  # noqa: F403
 from jaxkeras.ops import *  # noqa: F403
 from jaxkeras.rnn import *  # noqa: F403

@@ -126,9 +126,7 @@ def normalize_data_format(value: str | None) -> str:
         return image_data_format()
     lowered = str(value).lower()
     if lowered not in _DATA_FORMATS:
-        raise ValueError(
-            f"data_format must be one of {_DATA_FORMATS}, got {value!r}"
-        )
+        raise ValueError(f"data_format must be one of {_DATA_FORMATS}, got {value!r}")
     return lowered
 
 

@@ -36,8 +36,13 @@ class Function:
         trace_count: how many times the graph has been traced (compiled).
     """
 
-    def __init__(self, inputs: Sequence[Any], outputs: Any, updates: Sequence[Any] | None = None,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        inputs: Sequence[Any],
+        outputs: Any,
+        updates: Sequence[Any] | None = None,
+        name: str | None = None,
+    ) -> None:
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"function: inputs must be a list of tensors, got {inputs!r}")
         for x in inputs:
@@ -59,8 +64,13 @@ class Function:
             self._traced, static_argnames=("learning_phase",), donate_argnums=(0,)
         )
 
-    def pure(self, state_values: dict[str, Any], rng: Any, feeds: Sequence[Any],
-             learning_phase: int | None = None) -> tuple[list[Any], dict[str, Any]]:
+    def pure(
+        self,
+        state_values: dict[str, Any],
+        rng: Any,
+        feeds: Sequence[Any],
+        learning_phase: int | None = None,
+    ) -> tuple[list[Any], dict[str, Any]]:
         """The graph as a pure function, for ``jax.jit``, ``vmap``, ``lax.scan`` and sharding.
 
         Args:
@@ -162,8 +172,13 @@ def _check_phase(value: Any) -> int:
     return int(value)
 
 
-def function(inputs: Sequence[Any], outputs: Any, updates: Sequence[Any] | None = None,
-             name: str | None = None, **kwargs: Any) -> Function:
+def function(
+    inputs: Sequence[Any],
+    outputs: Any,
+    updates: Sequence[Any] | None = None,
+    name: str | None = None,
+    **kwargs: Any,
+) -> Function:
     """Compiles a graph into a callable: ``f([x_value, ...]) -> [output_value, ...]``.
 
     The graph is lowered to one pure function ``(state, rng, feeds) -> (outputs, new_state)``
@@ -197,7 +212,12 @@ def function(inputs: Sequence[Any], outputs: Any, updates: Sequence[Any] | None 
 
 
 class GradNode(MultiOutput):
-    """The gradients of ``sum(loss)`` with respect to ``xs``: ``jax.grad`` of a graph replay."""
+    """The gradients of ``sum(loss)`` with respect to ``xs``: ``jax.grad`` of a graph replay.
+
+    The replay adds a zero delta to each of ``xs`` and differentiates with respect to the
+    deltas, so each gradient is the total derivative (through the other ``xs`` too, as in TF).
+    Nodes that do not depend on ``xs`` are taken from the enclosing evaluation.
+    """
 
     _kind = "gradients"
 
@@ -212,6 +232,7 @@ class GradNode(MultiOutput):
             if node in targets or any(p in dependent for p in node._inputs()):
                 dependent.add(node)
         self._dependent = dependent
+        self._downstream = {x for x in xs if any(p in dependent for p in x._inputs())}
         self._has_placeholder = loss._has_placeholder or any(x._has_placeholder for x in xs)
         self._uses_learning_phase = loss._uses_learning_phase
 
@@ -222,13 +243,18 @@ class GradNode(MultiOutput):
         base = {k: v for k, v in memo.items() if k not in self._dependent}
         xs = self._xs
 
-        def total(*x_values):
-            replay = dict(base)
-            replay.update(zip(xs, x_values))
-            (loss,) = evaluate([self._loss], ctx, replay)
+        def total(*deltas):
+            replay, perturb = dict(base), {}
+            for x, delta in zip(xs, deltas):
+                if x in self._downstream:
+                    perturb[x] = delta
+                else:
+                    replay[x] = memo[x] + delta
+            (loss,) = evaluate([self._loss], ctx, replay, perturb)
             return jnp.sum(loss)
 
-        return jax.grad(total, argnums=tuple(range(len(xs))))(*[memo[x] for x in xs])
+        zeros = [jnp.zeros_like(memo[x]) for x in xs]
+        return jax.grad(total, argnums=tuple(range(len(xs))))(*zeros)
 
 
 def gradients(loss: Any, variables: Sequence[Any]) -> list[Any]:
@@ -287,12 +313,14 @@ def _apply_update(update: Update, ctx: Context, memo: dict) -> Any:
     target = update.variable
     value = jnp.asarray(value, dtype=target.dtype)
     if value.shape != target.shape:
-        raise ValueError(f"update of variable {target.name!r}: new value has shape "
-                         f"{value.shape}, the variable {target.shape}")
+        raise ValueError(
+            f"update of variable {target.name!r}: new value has shape "
+            f"{value.shape}, the variable {target.shape}"
+        )
     return value
 
 
-def eval(x: Any) -> Any:  # noqa: A001 - the Keras name
+def eval(x: Any) -> Any:
     """Evaluates a tensor, variable or update now.
 
     An update is applied once (the variable takes its new value). Outside a state scope the

@@ -415,12 +415,6 @@ class Placeholder(Tensor):
         super().__init__(shape, dtype, name)
         self._sparse = sparse
 
-    def _compute(self, ctx: Context, memo: dict) -> Any:
-        raise ValueError(
-            f"placeholder {self.name!r} (shape {self._shape}, dtype {self._dtype}) was not fed: "
-            "list it in the inputs of K.function and pass a value for it"
-        )
-
 
 class LearningPhase(Tensor):
     """The learning-phase placeholder: fed with 0 or 1, else the context's default."""
@@ -529,21 +523,35 @@ def topological_order(outputs: Sequence[Any], ctx: Context | None, memo: dict) -
     return order
 
 
-def evaluate(outputs: Sequence[Any], ctx: Context, memo: dict | None = None) -> list:
+def evaluate(
+    outputs: Sequence[Any], ctx: Context, memo: dict | None = None, perturb: dict | None = None
+) -> list:
     """Evaluates symbolic values in a context.
 
     Args:
         outputs: symbolic values (others are returned as they are).
         ctx: supplies variable values, random keys and the learning phase.
         memo: node -> value, pre-filled with feeds; filled with what is computed.
+        perturb: node -> delta added to the node's value once computed (gradient replays).
 
     Returns:
         The list of values, one per output.
     """
     memo = {} if memo is None else memo
+    order = topological_order(outputs, ctx, memo)
+    unfed = [n for n in order if isinstance(n, Placeholder)]
+    if unfed:
+        listing = ", ".join(f"{p.name!r} (shape {p.shape}, dtype {p.dtype})" for p in unfed)
+        raise ValueError(
+            f"placeholders not fed: {listing}; list them in the inputs of K.function "
+            "and pass values for them"
+        )
     with ctx:
-        for node in topological_order(outputs, ctx, memo):
-            memo[node] = node._compute(ctx, memo)
+        for node in order:
+            value = node._compute(ctx, memo)
+            if perturb and node in perturb:
+                value = value + perturb[node]
+            memo[node] = value
     return [memo[o] if _is_symbolic(o) else o for o in outputs]
 
 
@@ -588,6 +596,8 @@ def _cache_key(fn, treedef, leaves) -> Any:
     parts = []
     for leaf in leaves:
         if _is_symbolic(leaf):
+            if _maybe_static(leaf):
+                return None  # its value may shape the output: no caching by shape alone
             parts.append(("S", leaf._shape, leaf._dtype))
         elif isinstance(leaf, (int, float, bool, str, type(None), type(Ellipsis), np.dtype)):
             parts.append((type(leaf), leaf))
@@ -603,12 +613,57 @@ def _spec_for(leaf: Symbolic, dims: Callable[[], Any]) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(shape, jnp.dtype(leaf._dtype))
 
 
-def _eval_shape(fn, treedef, leaves, salt, dims: Callable[[], Any]) -> Any:
-    sym_positions = [i for i, leaf in enumerate(leaves) if _is_symbolic(leaf)]
+_STATIC_WALK_LIMIT = 64
+
+
+def _maybe_static(leaf: Symbolic) -> bool:
+    """Whether ``leaf`` is a small integer tensor, which shape arithmetic may produce."""
+    shape = leaf._shape
+    return (
+        shape is not None
+        and len(shape) <= 1
+        and None not in shape
+        and np.issubdtype(np.dtype(leaf._dtype), np.integer)
+    )
+
+
+def _static_value(leaf: Symbolic, fill: int | None) -> Any:
+    """The value of a small integer tensor computed from shapes alone (``K.shape(x)[0] * 2``),
+    with unknown dimensions set to ``fill``; ``None`` when it depends on data."""
+    if not _maybe_static(leaf):
+        return None
+    memo: dict = {}
+    stack, seen = [leaf], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        source = getattr(node, "_shape_of", None)
+        if source is not None:
+            if None in source._shape and fill is None:
+                return None
+            memo[node] = np.asarray([fill if d is None else d for d in source._shape], np.int32)
+        elif type(node) is OpTensor and node._salt is None and len(seen) < _STATIC_WALK_LIMIT:
+            stack.extend(node._inputs())
+        else:
+            return None
+    return evaluate([leaf], Context(learning_phase=0), memo)[0]
+
+
+def _eval_shape(fn, treedef, leaves, salt, dims: Callable[[], Any], fill: int | None) -> Any:
+    values = list(leaves)
+    sym_positions = []
+    for i, leaf in enumerate(leaves):
+        if _is_symbolic(leaf):
+            static = _static_value(leaf, fill)
+            if static is None:
+                sym_positions.append(i)
+            else:
+                values[i] = static
     specs = [_spec_for(leaves[i], dims) for i in sym_positions]
 
     def run(*sym_values):
-        values = list(leaves)
         for i, v in zip(sym_positions, sym_values):
             values[i] = v
         with Context(rng=jax.random.PRNGKey(0), learning_phase=0) as ctx:
@@ -624,9 +679,8 @@ def _dims_from(out_specs_a, out_specs_b=None) -> list:
     for i, spec in enumerate(leaves_a):
         dims = []
         for j, d in enumerate(spec.shape):
-            if not isinstance(d, (int, np.integer)):
-                dims.append(None)
-            elif leaves_b is not None and leaves_b[i].shape[j] != d:
+            differs = leaves_b is not None and leaves_b[i].shape[j] != d
+            if not isinstance(d, (int, np.integer)) or differs:
                 dims.append(None)
             else:
                 dims.append(int(d))
@@ -647,30 +701,28 @@ def infer_shapes(fn, treedef, leaves, salt) -> tuple[Any, list]:
     if key is not None and key in _shape_cache:
         _shape_cache.move_to_end(key)
         return _shape_cache[key]
-    unknown = any(_is_symbolic(lf) and None in lf._shape for lf in leaves)
-    if not unknown:
-        out = _eval_shape(fn, treedef, leaves, salt, lambda: None)
+    try:
+        (sym,) = export.symbolic_shape("b")
+        out = _eval_shape(fn, treedef, leaves, salt, lambda: sym, None)
         result = (jax.tree_util.tree_structure(out), _dims_from(out))
-    else:
+    except Exception:
+        # Unknown dimensions that the op cannot reason about symbolically: run it twice with
+        # two unlikely sizes; dimensions that differ between the runs are unknown.
+        a, b = _SENTINELS
         try:
-            (sym,) = export.symbolic_shape("b")
-            out = _eval_shape(fn, treedef, leaves, salt, lambda: sym)
-            result = (jax.tree_util.tree_structure(out), _dims_from(out))
+            out_a = _eval_shape(fn, treedef, leaves, salt, lambda: a, a)
+            out_b = _eval_shape(fn, treedef, leaves, salt, lambda: b, b)
         except Exception:
-            try:
-                out_a = _eval_shape(fn, treedef, leaves, salt, lambda: _SENTINELS[0])
-                out_b = _eval_shape(fn, treedef, leaves, salt, lambda: _SENTINELS[1])
-            except Exception:
-                # Broadcasting against a known dimension: unknown sizes of 1 are the only guess
-                # that fits; dimensions that come out as 1 stay unknown.
-                out_a = _eval_shape(fn, treedef, leaves, salt, lambda: 1)
-                out_b = jax.tree_util.tree_map(
-                    lambda s: jax.ShapeDtypeStruct(
-                        tuple(-1 if d == 1 else d for d in s.shape), s.dtype
-                    ),
-                    out_a,
-                )
-            result = (jax.tree_util.tree_structure(out_a), _dims_from(out_a, out_b))
+            # Broadcasting against a known dimension: unknown sizes of 1 are the only guess
+            # that fits; dimensions that come out as 1 stay unknown.
+            out_a = _eval_shape(fn, treedef, leaves, salt, lambda: 1, 1)
+            out_b = jax.tree_util.tree_map(
+                lambda s: jax.ShapeDtypeStruct(
+                    tuple(-1 if d == 1 else d for d in s.shape), s.dtype
+                ),
+                out_a,
+            )
+        result = (jax.tree_util.tree_structure(out_a), _dims_from(out_a, out_b))
     if key is not None:
         _shape_cache[key] = result
         if len(_shape_cache) > _SHAPE_CACHE_SIZE:
@@ -691,8 +743,9 @@ def _resolve_in_scope(leaves: list, scope: Context) -> list | None:
     return [values[leaf] if _is_symbolic(leaf) else leaf for leaf in leaves]
 
 
-def record(fn: Callable, args: tuple, kwargs: dict, salt: int | None = None,
-           name: str | None = None) -> Any:
+def record(
+    fn: Callable, args: tuple, kwargs: dict, salt: int | None = None, name: str | None = None
+) -> Any:
     """Applies ``fn`` now if no argument is symbolic, else records it as a graph node.
 
     Inside a state scope, variables and placeholder-free tensors resolve to their values first,

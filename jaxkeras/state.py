@@ -143,8 +143,9 @@ class Variable(Symbolic):
 
     _kind = "variable"
 
-    def __init__(self, value: jax.Array, name: str, constraint: Callable | None,
-                 trainable: bool) -> None:
+    def __init__(
+        self, value: jax.Array, name: str, constraint: Callable | None, trainable: bool
+    ) -> None:
         self.name = name
         self._shape = tuple(value.shape)
         self._dtype = value.dtype.name
@@ -179,8 +180,10 @@ class Variable(Symbolic):
         except ValueError:
             body = "<deleted>"
         sep = "\n" if "\n" in body else ""
-        return (f"<jaxkeras.Variable {self.name!r} shape={self._shape} dtype={self._dtype} "
-                f"value={sep}{body}>")
+        return (
+            f"<jaxkeras.Variable {self.name!r} shape={self._shape} dtype={self._dtype} "
+            f"value={sep}{body}>"
+        )
 
 
 def _value_of(x: Any) -> Any:
@@ -188,8 +191,13 @@ def _value_of(x: Any) -> Any:
     return graph.evaluate_now(x) if isinstance(x, Symbolic) else x
 
 
-def variable(value: Any, dtype: Any = None, name: str | None = None,
-             constraint: Callable | None = None, trainable: bool = True) -> Variable:
+def variable(
+    value: Any,
+    dtype: Any = None,
+    name: str | None = None,
+    constraint: Callable | None = None,
+    trainable: bool = True,
+) -> Variable:
     """Creates a variable holding a copy of ``value``.
 
     Args:
@@ -323,8 +331,10 @@ class Update:
         return iter((self.variable, self.value))
 
     def __repr__(self) -> str:
-        return (f"<pending update of variable {self.variable.name!r}: run it with "
-                "K.eval(update) or K.function(inputs, outputs, updates=[update])>")
+        return (
+            f"<pending update of variable {self.variable.name!r}: run it with "
+            "K.eval(update) or K.function(inputs, outputs, updates=[update])>"
+        )
 
 
 _frozen_message: list[str] = []
@@ -424,8 +434,10 @@ def normalize_updates(updates: Sequence[Any] | None) -> list[tuple[Variable, Any
     """
     pairs: list[tuple[Variable, Any]] = []
     for entry in updates or []:
-        if isinstance(entry, (list, tuple)) and len(entry) == 2 and not isinstance(
-            entry[0], (list, tuple)
+        if (
+            isinstance(entry, (list, tuple))
+            and len(entry) == 2
+            and not isinstance(entry[0], (list, tuple))
         ):
             target, value = entry
         elif isinstance(entry, Update):
@@ -435,8 +447,7 @@ def normalize_updates(updates: Sequence[Any] | None) -> list[tuple[Variable, Any
             continue
         else:
             raise TypeError(
-                f"updates: expected K.update(...) results or (variable, value) pairs, "
-                f"got {entry!r}"
+                f"updates: expected K.update(...) results or (variable, value) pairs, got {entry!r}"
             )
         _check_variable(target, "updates", "update target")
         pairs.append((target, value))
@@ -455,7 +466,7 @@ def normalize_updates(updates: Sequence[Any] | None) -> list[tuple[Variable, Any
 # state scope
 
 
-class state_scope(Context):  # noqa: N801 - used like a function: `with K.state_scope(v) as s:`
+class state_scope(Context):
     """A context for functional code: variables read ``values``, updates write the scope.
 
     Inside it, ops on variables run at once on the scope's values (so they work inside your own
@@ -476,8 +487,12 @@ class state_scope(Context):  # noqa: N801 - used like a function: `with K.state_
         ...     return scope.values
     """
 
-    def __init__(self, values: Mapping[Any, Any] | None = None, rng: Any = None,
-                 learning_phase: int | None = None) -> None:
+    def __init__(
+        self,
+        values: Mapping[Any, Any] | None = None,
+        rng: Any = None,
+        learning_phase: int | None = None,
+    ) -> None:
         state = {}
         for key, value in (values or {}).items():
             state[key.name if isinstance(key, Variable) else str(key)] = value
@@ -520,8 +535,10 @@ def set_state(values: Mapping[str, Any]) -> None:
             raise ValueError(f"set_state: no live variable is named {name!r}")
         old = _store.values[name]
         if tuple(np.shape(value)) != tuple(old.shape):
-            raise ValueError(f"set_state: value of shape {np.shape(value)} does not fit "
-                             f"variable {name!r} of shape {tuple(old.shape)}")
+            raise ValueError(
+                f"set_state: value of shape {np.shape(value)} does not fit "
+                f"variable {name!r} of shape {tuple(old.shape)}"
+            )
         checked[name] = _copy_to_device(value, old.dtype.name)
     _store.values.update(checked)
 

@@ -22,8 +22,13 @@ def backend() -> str:
     return "jax"
 
 
-def placeholder(shape: tuple | None = None, ndim: int | None = None, dtype: Any = None,
-                sparse: bool = False, name: str | None = None) -> Placeholder:
+def placeholder(
+    shape: tuple | None = None,
+    ndim: int | None = None,
+    dtype: Any = None,
+    sparse: bool = False,
+    name: str | None = None,
+) -> Placeholder:
     """Creates a graph input, fed when a :func:`function` is called.
 
     Args:
@@ -79,7 +84,10 @@ def shape(x: Any) -> Any:
     Returns:
         A 1-D int32 tensor (an array for concrete ``x``).
     """
-    return _shape(x)
+    result = _shape(x)
+    if isinstance(result, Symbolic):
+        result._shape_of = x  # lets shape inference compute K.shape(x)[0] * 2 and the like
+    return result
 
 
 def int_shape(x: Any) -> tuple | None:
@@ -206,8 +214,9 @@ def to_dense(x: Any) -> Any:
     return _densify(x) if is_sparse(x) else x
 
 
-def constant(value: Any, dtype: Any = None, shape: tuple | None = None,
-             name: str | None = None) -> jax.Array:
+def constant(
+    value: Any, dtype: Any = None, shape: tuple | None = None, name: str | None = None
+) -> jax.Array:
     """Creates a constant array.
 
     Args:

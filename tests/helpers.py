@@ -23,7 +23,7 @@ def run_all_ways(op: Callable, inputs: Sequence[np.ndarray], batch_none: bool = 
     out = {"eager": op(*inputs)}
     phs = [
         K.placeholder(
-            shape=((None,) + a.shape[1:]) if batch_none and a.ndim else a.shape,
+            shape=(None, *a.shape[1:]) if batch_none and a.ndim else a.shape,
             dtype=a.dtype.name,
         )
         for a in inputs
@@ -33,16 +33,24 @@ def run_all_ways(op: Callable, inputs: Sequence[np.ndarray], batch_none: bool = 
     res = f(inputs)
     out["function"] = res if isinstance(sym, (list, tuple)) else res[0]
     variables = [K.variable(a, dtype=a.dtype.name) for a in inputs]
-    out["variable"] = K.eval(op(*variables)) if not isinstance(sym, (list, tuple)) else [
-        K.eval(t) for t in op(*variables)
-    ]
+    out["variable"] = (
+        K.eval(op(*variables))
+        if not isinstance(sym, (list, tuple))
+        else [K.eval(t) for t in op(*variables)]
+    )
     out["jit"] = jax.jit(lambda *xs: op(*xs))(*inputs)
     out["symbolic"] = sym
     return out
 
 
-def check_op(op: Callable, reference: Callable, inputs: Sequence[np.ndarray], rtol: float = 1e-5,
-             atol: float = 1e-6, batch_none: bool = True) -> None:
+def check_op(
+    op: Callable,
+    reference: Callable,
+    inputs: Sequence[np.ndarray],
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    batch_none: bool = True,
+) -> None:
     """Asserts ``op`` agrees with ``reference(*inputs)`` (NumPy, ideally float64) every way, and
     that the symbolic result's static shape agrees with the value's (``None`` allowed)."""
     expected = reference(*[np.asarray(a) for a in inputs])
@@ -76,8 +84,14 @@ def numeric_grad(f: Callable, x: np.ndarray, eps: float = 1e-4) -> np.ndarray:
     return g
 
 
-def check_grad(op: Callable, reference: Callable, x: np.ndarray, rtol: float = 2e-3,
-               atol: float = 2e-4, eps: float = 1e-5) -> None:
+def check_grad(
+    op: Callable,
+    reference: Callable,
+    x: np.ndarray,
+    rtol: float = 2e-3,
+    atol: float = 2e-4,
+    eps: float = 1e-5,
+) -> None:
     """Asserts K.gradients of ``sum(op(x))`` (float32, through K.function) agrees with central
     finite differences of ``sum(reference(x))`` computed in float64 NumPy."""
     x = np.asarray(x, dtype=np.float64)

@@ -1,0 +1,235 @@
+"""K.function: compilation, feeds, updates semantics, the pure function, learning phase."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxkeras as K
+
+ksum = K.op(lambda x, axis=None: jnp.sum(x, axis=axis), name="sum")
+kmean = K.op(lambda x, axis=None: jnp.mean(x, axis=axis), name="mean")
+kreshape = K.op(lambda x, shape: jnp.reshape(x, tuple(int(d) for d in shape)), name="reshape")
+
+
+def test_outputs_and_updates_see_the_pre_call_state():
+    v = K.variable(1.0)
+    w = K.variable(10.0)
+    x = K.placeholder(())
+    f = K.function([x], [v * 1, w + x], updates=[K.update_add(v, x), (w, v * 100)])
+    out = f([2.0])
+    assert out == [1.0, 12.0]
+    assert float(K.get_value(v)) == 3.0 and float(K.get_value(w)) == 100.0
+    out = f([2.0])
+    assert out == [3.0, 102.0]
+    assert float(K.get_value(v)) == 5.0 and float(K.get_value(w)) == 300.0
+
+
+def test_two_updates_of_one_variable_raise():
+    v = K.variable(1.0)
+    with pytest.raises(ValueError, match="twice"):
+        K.function([], [v * 1], updates=[K.update_add(v, 1.0), (v, v * 2)])
+
+
+def test_bad_updates_raise():
+    with pytest.raises(TypeError, match="updates"):
+        K.function([], [], updates=[3])
+
+
+def test_missing_feed_names_the_placeholder():
+    x = K.placeholder((2,), name="features")
+    y = K.placeholder((2,), name="labels")
+    f = K.function([x], [x + y])
+    with pytest.raises(ValueError, match="labels"):
+        f([np.ones(2)])
+    with pytest.raises(ValueError, match="labels"):
+        K.eval(x + y)
+
+
+def test_feeds_are_cast_and_checked():
+    x = K.placeholder((None, 3), dtype="float32", name="inp")
+    f = K.function([x], [x * 2])
+    out = f([np.ones((2, 3), dtype=np.int64)])[0]
+    assert out.dtype == np.float32
+    with pytest.raises(ValueError, match=r"inp.*\(2, 4\).*\(None, 3\)"):
+        f([np.ones((2, 4))])
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        f([np.ones(3)])
+    with pytest.raises(ValueError, match="list of 1"):
+        f([np.ones((2, 3)), np.ones((2, 3))])
+
+
+def test_compiles_once_per_shape():
+    x = K.placeholder((None, 4))
+    v = K.variable(np.ones((4, 2)))
+    f = K.function([x], [ksum(x @ v)], updates=[K.update_add(v, 0.1)])
+    for _ in range(100):
+        f([np.ones((8, 4))])
+    assert f.trace_count == 1
+    f([np.ones((5, 4))])
+    assert f.trace_count == 2
+    for _ in range(10):
+        f([np.ones((5, 4))])
+        f([np.ones((8, 4))])
+    assert f.trace_count == 2
+    np.testing.assert_allclose(K.get_value(v), 1 + 0.1 * 121, rtol=1e-5)
+
+
+def test_state_is_donated_and_outputs_stay_valid():
+    v = K.variable(np.ones(3))
+    f = K.function([], [v * 1, v], updates=[K.update_add(v, 1.0)])
+    from jaxkeras import state
+
+    before = state.store().values[v.name]
+    first = f([])
+    assert before.is_deleted()
+    second = f([])
+    np.testing.assert_array_equal(first[0], np.ones(3))
+    np.testing.assert_array_equal(first[1], np.ones(3))
+    np.testing.assert_array_equal(second[1], 2 * np.ones(3))
+
+
+def test_failed_call_leaves_the_store_unchanged():
+    v = K.variable([1.0, 2.0])
+    x = K.placeholder((2,))
+    bad = K.function([x], [v], updates=[(v, kreshape(v + x, (1, 2)))])
+    with pytest.raises(ValueError, match="shape"):
+        bad([np.ones(2)])
+    np.testing.assert_array_equal(K.get_value(v), [1.0, 2.0])
+    good = K.function([x], [v + x])
+    np.testing.assert_array_equal(good([np.ones(2)])[0], [2.0, 3.0])
+
+
+def test_symbolic_shape_elements_work_in_compiled_reshape():
+    x = K.placeholder((None, 2, 3))
+    y = kreshape(x, (K.shape(x)[0] * 2, 3))
+    assert K.int_shape(y) == (None, 3)
+    f = K.function([x], [y])
+    out = f([np.arange(12.0).reshape(2, 2, 3)])[0]
+    np.testing.assert_array_equal(out, np.arange(12.0).reshape(4, 3))
+    np.testing.assert_array_equal(K.eval(K.shape(K.variable(np.zeros((4, 5))))), [4, 5])
+
+
+def test_single_output_and_no_inputs():
+    v = K.variable(2.0)
+    f = K.function([], v * 3)
+    assert f([]) == 6.0
+
+
+def test_pure_function_composes_with_jit_vmap_scan_and_grad():
+    w = K.variable(np.array([1.0, -2.0]))
+    x = K.placeholder((None, 2))
+    loss = kmean((x @ w) ** 2)
+    (g,) = K.gradients(loss, [w])
+    f = K.function([x], [loss], updates=[(w, w - 0.1 * g)])
+    st = f.state()
+    assert set(st) == {w.name}
+    key = jax.random.PRNGKey(0)
+    data = np.ones((4, 2), dtype=np.float32)
+
+    outs, new = jax.jit(f.pure)(st, key, [data])
+    np.testing.assert_allclose(outs[0], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(new[w.name], [1.2, -1.8], rtol=1e-6)
+
+    def step(carry, batch):
+        o, n = f.pure(carry, key, [batch])
+        return n, o[0]
+
+    _, losses = jax.lax.scan(step, st, jnp.stack([data] * 3))
+    np.testing.assert_allclose(losses[0], 1.0, rtol=1e-6)
+    assert losses[1] < losses[0] and losses[2] < losses[1]
+    batched = jax.vmap(lambda d: f.pure(st, key, [d])[0][0])(jnp.stack([data, 2 * data]))
+    np.testing.assert_allclose(batched, [1.0, 4.0], rtol=1e-6)
+    dw = jax.grad(lambda s: f.pure(s, key, [data])[0][0])(st)
+    np.testing.assert_allclose(dw[w.name], [-2.0, -2.0], rtol=1e-6)
+    np.testing.assert_array_equal(K.get_value(w), [1.0, -2.0])  # pure never touches the store
+    with pytest.raises(KeyError, match=w.name):
+        f.pure({}, key, [data])
+
+
+def test_function_rejects_unknown_kwargs_and_bad_inputs():
+    x = K.placeholder((2,))
+    with pytest.raises(ValueError, match="fetches"):
+        K.function([x], [x], fetches=[])
+    with pytest.raises(TypeError, match="inputs"):
+        K.function(x, [x])
+
+
+def test_learning_phase_defaults_and_validation():
+    lp = K.learning_phase()
+    assert K.is_tensor(lp)
+    with pytest.raises(ValueError, match="2"):
+        K.set_learning_phase(2)
+    with K.learning_phase_scope(1):
+        assert K.learning_phase() == 1
+    assert K.learning_phase() is lp
+    K.set_learning_phase(0)
+    assert K.learning_phase() == 0
+
+
+def test_in_train_phase_is_static_and_skips_the_other_branch():
+    traced = []
+
+    def body(tag):
+        def f(x):
+            traced.append(tag)
+            return x * (10.0 if tag == "train" else 1.0)
+
+        return K.op(f, name=tag)
+
+    x = K.placeholder((None,))
+    y = K.in_train_phase(lambda: body("train")(x), lambda: body("test")(x))
+    assert y._uses_learning_phase
+    f = K.function([x, K.learning_phase()], [y])
+    traced.clear()
+    for _ in range(5):
+        np.testing.assert_array_equal(f([np.ones(2), 1])[0], [10.0, 10.0])
+        np.testing.assert_array_equal(f([np.ones(2), 0])[0], [1.0, 1.0])
+    assert f.trace_count == 2
+    assert traced.count("train") == 1 and traced.count("test") == 1
+    g = K.function([x], [y])  # unfed learning phase: test
+    np.testing.assert_array_equal(g([np.ones(2)])[0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="learning phase"):
+        f([np.ones(2), 3])
+
+
+def test_in_train_phase_with_fixed_training_argument():
+    x = K.variable([1.0])
+    assert K.in_train_phase(lambda: x * 2, lambda: x * 3, training=1) is not None
+    np.testing.assert_array_equal(K.eval(K.in_train_phase(x * 2, x * 3, training=1)), [2.0])
+    np.testing.assert_array_equal(K.eval(K.in_train_phase(x * 2, x * 3, training=0)), [3.0])
+    np.testing.assert_array_equal(K.eval(K.in_test_phase(x * 2, x * 3, training=0)), [2.0])
+    with K.learning_phase_scope(1):
+        np.testing.assert_array_equal(K.eval(K.in_train_phase(x * 2, x * 3)), [2.0])
+    flag = K.placeholder((), dtype="bool")
+    f = K.function([flag], [K.in_train_phase(x * 2, x * 3, training=flag)])
+    np.testing.assert_array_equal(f([True])[0], [2.0])
+    np.testing.assert_array_equal(f([False])[0], [3.0])
+
+
+def test_repr_shows_value_when_computable():
+    v = K.variable([1.0, 2.0])
+    assert "value=[2. 4.]" in repr(v * 2)
+    assert "value" not in repr(K.placeholder((2,)) * 2)
+
+
+def test_unknown_dims_survive_a_chain_of_ops():
+    x = K.placeholder((None, 3, 4))
+    w = K.variable(np.ones((4, 5)))
+    y = x @ w
+    y = y * 2 + 1
+    y = -y
+    y = abs(y) ** 2
+    y = y / 3.0
+    y = y - x[:, :, :1]
+    y = y[:, 1:, :]
+    y = ksum(y, axis=2)
+    y = K.stop_gradient(y)
+    y = kreshape(y, (K.shape(y)[0], 2, 1))
+    assert K.int_shape(y) == (None, 2, 1)
+    f = K.function([x], [y])
+    data = np.random.default_rng(0).normal(size=(7, 3, 4)).astype(np.float32)
+    ref = data @ np.ones((4, 5))
+    ref = np.abs(-(ref * 2 + 1)) ** 2 / 3.0 - data[:, :, :1]
+    ref = ref[:, 1:, :].sum(axis=2).reshape(7, 2, 1)
+    np.testing.assert_allclose(f([data])[0], ref, rtol=1e-5)

@@ -1,0 +1,143 @@
+"""State scopes under jax.jit / vmap / grad, and randomness as state."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxkeras as K
+
+ksum = K.op(lambda x, axis=None: jnp.sum(x, axis=axis), name="sum")
+
+
+@K.op(random=True)
+def uniform(shape, seed=None, key=None):
+    return jax.random.uniform(key, tuple(int(d) for d in shape))
+
+
+def test_scope_reads_values_and_collects_updates():
+    v = K.variable(1.0)
+    w = K.variable(2.0)
+    with K.state_scope({v: 5.0}) as scope:
+        y = v * 2 + w  # w falls back to the store
+        new = K.update_add(v, 1.0)
+    assert float(y) == 12.0 and float(new) == 6.0
+    assert float(scope.values[v.name]) == 6.0
+    assert float(K.get_value(v)) == 1.0  # the store is untouched
+
+
+def test_scope_under_jit_vmap_and_grad():
+    w = K.variable(np.array([1.0, 2.0]))
+    count = K.variable(0.0)
+
+    def step(values, x):
+        with K.state_scope(values) as scope:
+            loss = ksum((w * x) ** 2)
+            K.update_add(count, 1.0)
+            K.update(w, w - 0.1 * x)
+        return loss, scope.values
+
+    values = K.get_state([w, count])
+    x = jnp.array([1.0, 1.0])
+    loss, new = jax.jit(step)(values, x)
+    assert float(loss) == 5.0
+    np.testing.assert_allclose(new[w.name], [0.9, 1.9], rtol=1e-6)
+    assert float(new[count.name]) == 1.0
+    losses, _ = jax.vmap(step, in_axes=(None, 0))(values, jnp.stack([x, 2 * x]))
+    np.testing.assert_allclose(losses, [5.0, 20.0], rtol=1e-6)
+    grads = jax.grad(lambda vals: step(vals, x)[0])(values)
+    np.testing.assert_allclose(grads[w.name], [2.0, 4.0], rtol=1e-6)
+    K.set_state(new)
+    np.testing.assert_allclose(K.get_value(w), [0.9, 1.9], rtol=1e-6)
+
+
+def test_scope_opened_outside_a_trace_refuses_to_leak_tracers():
+    v = K.variable(1.0)
+    scope = K.state_scope({v: 1.0})
+
+    @jax.jit
+    def bad(x):
+        with scope:
+            K.update(v, v + x)
+        return x
+
+    with pytest.raises(ValueError, match="inside the traced function"):
+        bad(1.0)
+    assert float(K.get_value(v)) == 1.0
+
+
+def test_writing_a_tracer_into_the_store_is_refused():
+    v = K.variable(1.0)
+
+    @jax.jit
+    def bad(x):
+        K.set_value(v, x)
+        return x
+
+    with pytest.raises(ValueError, match="state_scope"):
+        bad(2.0)
+    assert float(K.get_value(v)) == 1.0
+
+
+def test_fresh_numbers_per_call_same_within_a_call():
+    x = K.placeholder((None,))
+    r = uniform((K.shape(x)[0], 3))
+    assert K.int_shape(r) == (None, 3)
+    f = K.function([x], [r, r * 1.0, r + 0.0 * x[:, None]])
+    a1, a2, a3 = f([np.zeros(4)])
+    b1, _, _ = f([np.zeros(4)])
+    assert a1.shape == (4, 3)
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_array_equal(a1, a3)
+    assert not np.array_equal(a1, b1)
+    assert f.trace_count == 1
+
+
+def test_gradient_replay_draws_the_same_numbers():
+    v = K.variable(np.ones(5))
+    mask = uniform((5,))
+    loss = ksum(v * mask)
+    (g,) = K.gradients(loss, [v])
+    f = K.function([], [mask, g])
+    m, grad = f([])
+    np.testing.assert_allclose(grad, m, rtol=1e-6)
+
+
+def test_distinct_nodes_draw_distinct_numbers():
+    a, b = uniform((100,)), uniform((100,))
+    f = K.function([], [a, b])
+    x, y = f([])
+    assert not np.array_equal(x, y)
+
+
+def test_eager_draws_are_fresh_and_scope_rng_is_respected():
+    assert not np.array_equal(np.asarray(uniform((4,))), np.asarray(uniform((4,))))
+    key = jax.random.PRNGKey(7)
+    with K.state_scope(rng=key):
+        a = uniform((4,), seed=1)
+    with K.state_scope(rng=key):
+        b = uniform((4,), seed=1)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_fixed_seed_reproduces_across_processes():
+    code = (
+        "import jax, jaxkeras as K, numpy as np\n"
+        "u = K.op(lambda shape, seed=None, key=None: jax.random.normal(key, shape), "
+        "random=True)\n"
+        "x = K.placeholder((None,))\n"
+        "f = K.function([x], [u((3,), seed=123) + 0 * x[:1]])\n"
+        "a, b = f([np.zeros(2)])[0], f([np.zeros(2)])[0]\n"
+        "print(np.round(a, 6).tolist(), np.round(b, 6).tolist())\n"
+    )
+    outs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert outs[0].returncode == 0, outs[0].stderr
+    assert outs[0].stdout == outs[1].stdout
+    first, second = outs[0].stdout.split("] [")
+    assert first != second  # still fresh per call

@@ -1,0 +1,214 @@
+"""Variables, the store, updates and bookkeeping names."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxkeras as K
+
+ksum = K.op(lambda x, axis=None: jnp.sum(x, axis=axis), name="sum")
+
+
+def test_variable_from_many_kinds_of_value():
+    a = np.arange(6.0).reshape(2, 3)
+    for value in (a, a.tolist(), jnp.asarray(a), K.variable(a), K.variable(a) * 1):
+        v = K.variable(value)
+        assert v.shape == (2, 3) and v.dtype == "float32"
+        np.testing.assert_array_equal(K.eval(v), a)
+    s = K.variable(3)
+    assert s.shape == () and s.dtype == "float32" and float(K.eval(s)) == 3.0
+    i = K.variable([1, 2], dtype="int32")
+    assert i.dtype == "int32"
+
+
+def test_variable_copies_its_input_and_get_value_copies_out():
+    a = np.ones(3, dtype=np.float32)
+    v = K.variable(a)
+    a[0] = 5
+    assert K.eval(v)[0] == 1
+    got = K.get_value(v)
+    got[1] = 7
+    assert K.get_value(v)[1] == 1
+
+
+def test_variable_attributes_and_names():
+    v = K.variable(np.zeros((2, 2)), name="w", constraint=lambda x: x)
+    w = K.variable(np.zeros((2, 2)), name="w")
+    assert v.name != w.name and v.name.startswith("w")
+    assert callable(v.constraint) and v.trainable
+    v._keras_shape = (2, 2)
+    v._uses_learning_phase = False
+    assert v._keras_shape == (2, 2)
+    np.testing.assert_array_equal(v.numpy(), np.zeros((2, 2)))
+    np.testing.assert_array_equal(np.asarray(v), np.zeros((2, 2)))
+    assert "w" in repr(v)
+    with pytest.raises(TypeError, match="constraint"):
+        K.variable(1.0, constraint=3)
+
+
+def test_name_scope_prefixes_names():
+    with K.name_scope("dense_1"):
+        v = K.variable(1.0, name="kernel")
+        p = K.placeholder((None, 2), name="x")
+    assert v.name == "dense_1/kernel"
+    assert p.name == "dense_1/x"
+
+
+def test_operators_with_numbers_on_either_side():
+    v = K.variable([1.0, 2.0, 4.0])
+    a = np.array([1.0, 2.0, 4.0])
+    cases = {
+        "add": (v + 1, a + 1),
+        "radd": (1 + v, 1 + a),
+        "sub": (v - 1, a - 1),
+        "rsub": (1.0 - v, 1.0 - a),
+        "mul": (v * 3, a * 3),
+        "rmul": (3 * v, 3 * a),
+        "div": (v / 2, a / 2),
+        "rdiv": (2 / v, 2 / a),
+        "pow": (v**2, a**2),
+        "rpow": (2**v, 2**a),
+        "neg": (-v, -a),
+        "abs": (abs(-v), a),
+        "lt": (v < 2, a < 2),
+        "ge": (v >= 2, a >= 2),
+        "gt": (3 > v, 3 > a),
+        "np_scalar": (np.float32(2) * v, 2 * a),
+    }
+    for name, (got, want) in cases.items():
+        np.testing.assert_allclose(K.eval(got), want, rtol=1e-6, err_msg=name)
+    assert (v == v) is True and (v != v) is False  # identity, as Keras-2 graph tensors
+
+
+def test_slice_of_variable_reads_current_value():
+    v = K.variable([1.0, 2.0, 3.0])
+    first = v[0]
+    tail = v[1:]
+    K.set_value(v, [10.0, 20.0, 30.0])
+    assert float(K.eval(first)) == 10.0
+    np.testing.assert_array_equal(K.eval(tail), [20.0, 30.0])
+
+
+def test_set_value_checks_shape_and_leaves_store_unchanged():
+    v = K.variable([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"\(3,\).*\(2,\)"):
+        K.set_value(v, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(K.get_value(v), [1.0, 2.0])
+    K.set_value(v, np.array([5, 6], dtype=np.int64))
+    assert K.get_value(v).dtype == np.float32
+
+
+def test_batch_set_value_is_all_or_nothing():
+    a, b = K.variable([1.0]), K.variable([2.0, 3.0])
+    with pytest.raises(ValueError):
+        K.batch_set_value([(a, [9.0]), (b, [1.0])])
+    assert K.batch_get_value([a, b])[0][0] == 1.0
+    K.batch_set_value([(a, [9.0]), (b, [7.0, 8.0])])
+    np.testing.assert_array_equal(K.batch_get_value([a, b])[1], [7.0, 8.0])
+
+
+def test_count_params_and_constant():
+    assert K.count_params(K.variable(np.zeros((3, 4)))) == 12
+    with pytest.raises(ValueError, match="unknown"):
+        K.count_params(K.placeholder((None, 2)))
+    c = K.constant(2.0, shape=(2, 3))
+    np.testing.assert_array_equal(np.asarray(c), np.full((2, 3), 2.0))
+    assert c.dtype == jnp.float32
+    np.testing.assert_array_equal(
+        np.asarray(K.constant([1, 2, 3, 4], shape=(2, 2))), [[1, 2], [3, 4]]
+    )
+
+
+def test_eval_of_update_applies_once():
+    v = K.variable(1.0)
+    up = K.update_add(v, 2.0)
+    assert "pending" in repr(up) and float(K.get_value(v)) == 1.0
+    assert float(K.eval(up)) == 3.0
+    assert float(K.get_value(v)) == 3.0
+    assert float(K.eval(up)) == 5.0  # each eval runs it once more
+
+
+def test_update_forms_and_formulas():
+    x = K.variable([1.0, 2.0])
+    K.eval(K.update(x, [4.0, 6.0]))
+    np.testing.assert_array_equal(K.get_value(x), [4.0, 6.0])
+    K.eval(K.update_sub(x, 1.0))
+    np.testing.assert_array_equal(K.get_value(x), [3.0, 5.0])
+    K.eval(K.moving_average_update(x, np.array([1.0, 1.0]), 0.9))
+    np.testing.assert_allclose(K.get_value(x), [3.0 - 2.0 * 0.1, 5.0 - 4.0 * 0.1], rtol=1e-6)
+
+
+def test_update_errors():
+    x = K.variable([1.0, 2.0])
+    with pytest.raises(TypeError, match="variable"):
+        K.update(np.ones(2), np.zeros(2))
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        K.update(x, np.zeros(3))
+
+
+def test_bookkeeping_predicates():
+    v = K.variable(1.0)
+    p = K.placeholder((2,))
+    t = v * 2
+    assert K.is_variable(v) and not K.is_variable(t) and not K.is_variable(p)
+    assert K.is_tensor(v) and K.is_tensor(t) and not K.is_tensor(np.ones(2))
+    assert K.is_placeholder(p) and not K.is_placeholder(t)
+    assert not K.is_keras_tensor(t)
+    t._keras_history = (None, 0, 0)
+    assert K.is_keras_tensor(t)
+    with pytest.raises(ValueError, match="int"):
+        K.is_keras_tensor(3)
+    assert K.is_sparse(K.placeholder((2, 2), sparse=True)) and not K.is_sparse(p)
+    assert t._uses_learning_phase is False
+
+
+def test_uids_and_clear_session():
+    assert K.get_uid("dense") == 1 and K.get_uid("dense") == 2 and K.get_uid("conv") == 1
+    K.reset_uids()
+    assert K.get_uid("dense") == 1
+    v = K.variable([1.0])
+    K.set_learning_phase(1)
+    K.clear_session()
+    assert K.get_uid("dense") == 1
+    assert K.is_tensor(K.learning_phase())  # learning phase reset
+    np.testing.assert_array_equal(K.get_value(v), [1.0])  # variables stay valid
+
+
+def test_session_compatibility_objects():
+    sess = K.get_session()
+    assert K.get_session() is sess
+    x = K.placeholder((2,))
+    v = K.variable([1.0, 1.0])
+    got = sess.run([x * 2, v], feed_dict={x: [1.0, 2.0]})
+    np.testing.assert_array_equal(got[0], [2.0, 4.0])
+    marker = object()
+    K.set_session(marker)
+    assert K.get_session() is marker
+    K.set_session(None)
+    K.manual_variable_initialization(True)
+    K.manual_variable_initialization(False)
+
+
+def test_control_dependencies_symbolic_eager():
+    v = K.variable(1.0)
+    with K.control_dependencies([K.update_add(v, 1.0)]):
+        y = v * 1
+    assert float(K.eval(y)) == 1.0
+
+    def f(a):
+        return a + 1
+
+    assert K.symbolic(f) is f and K.eager(f) is f
+
+
+def test_variables_are_freed_with_their_handles():
+    import gc
+
+    from jaxkeras import state
+
+    v = K.variable(np.zeros(10), name="temporary")
+    name = v.name
+    assert name in state.store().values
+    del v
+    gc.collect()
+    assert name not in state.store().values
