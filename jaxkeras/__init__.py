@@ -5,6 +5,7 @@ loads this module as an external backend with ``KERAS_BACKEND=jaxkeras``.
 """
 
 from jaxkeras import config as _config
+from jaxkeras import keras2 as _keras2
 from jaxkeras.config import (
     epsilon,
     floatx,
@@ -69,6 +70,9 @@ from jaxkeras.tensors import (
     to_dense,
 )
 
-_config.load_keras_json()
+if _keras2.loaded_by_keras():
+    _keras2.install()  # Keras read keras.json itself; follow its settings
+else:
+    _config.load_keras_json()
 
 __version__ = "0.1.0"

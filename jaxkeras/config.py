@@ -18,6 +18,19 @@ _settings: dict[str, Any] = {
     "image_data_format": "channels_last",
 }
 
+# When Keras 2 loads jaxkeras as its backend, Keras's own settings module is the source of truth.
+_source: dict[str, Any] = {"module": None}
+
+
+def follow(module: Any) -> None:
+    """Makes the getters and setters here use ``module``'s (Keras's ``backend.common``).
+
+    Args:
+        module: an object with ``floatx``, ``epsilon``, ``image_data_format`` and their setters.
+    """
+    _source["module"] = module
+    _enable_x64_for(module.floatx())
+
 
 def keras_home() -> str:
     """Returns the folder holding keras.json: ``$KERAS_HOME``, else ``~/.keras``."""
@@ -35,6 +48,10 @@ def floatx() -> str:
     Returns:
         One of ``'float16'``, ``'bfloat16'``, ``'float32'``, ``'float64'``.
     """
+    if _source["module"] is not None:
+        value = _source["module"].floatx()
+        _enable_x64_for(value)  # Keras's set_floatx may have asked for float64 since
+        return value
     return _settings["floatx"]
 
 
@@ -55,6 +72,8 @@ def set_floatx(value: str) -> None:
         raise ValueError(f"set_floatx: unknown floatx {value!r}; expected one of {_FLOATX_CHOICES}")
     _enable_x64_for(value)
     _settings["floatx"] = str(value)
+    if _source["module"] is not None:
+        _source["module"].set_floatx(value)
 
 
 def epsilon() -> float:
@@ -63,6 +82,8 @@ def epsilon() -> float:
     Returns:
         A float.
     """
+    if _source["module"] is not None:
+        return _source["module"].epsilon()
     return _settings["epsilon"]
 
 
@@ -82,6 +103,8 @@ def set_epsilon(value: float) -> None:
     if not value >= 0:
         raise ValueError(f"set_epsilon: epsilon must be >= 0, got {value!r}")
     _settings["epsilon"] = value
+    if _source["module"] is not None:
+        _source["module"].set_epsilon(value)
 
 
 def image_data_format() -> str:
@@ -90,6 +113,8 @@ def image_data_format() -> str:
     Returns:
         ``'channels_last'`` or ``'channels_first'``.
     """
+    if _source["module"] is not None:
+        return _source["module"].image_data_format()
     return _settings["image_data_format"]
 
 
@@ -108,6 +133,8 @@ def set_image_data_format(data_format: str) -> None:
             f"expected one of {_DATA_FORMATS}"
         )
     _settings["image_data_format"] = str(data_format)
+    if _source["module"] is not None:
+        _source["module"].set_image_data_format(data_format)
 
 
 def normalize_data_format(value: str | None) -> str:

@@ -1,0 +1,79 @@
+"""What multi-backend Keras 2.3.1 needs when it loads jaxkeras as its backend.
+
+Keras 2.3.1 predates Python 3.10 and NumPy 2 and uses names they removed. When (and only when)
+Keras imports jaxkeras as its backend (``KERAS_BACKEND=jaxkeras`` or keras.json), :func:`install`
+puts back exactly these names, each only if it is missing:
+
+- ``collections.Container``, ``collections.Mapping``, ``collections.Sequence``,
+  ``collections.Iterable`` (aliases of ``collections.abc``; training_utils checks losses, metrics
+  and validation_freq with them);
+- ``inspect.ArgSpec`` and ``inspect.getargspec`` (``utils.generic_utils.getargspec``/``has_arg``
+  and model loading inspect functions with them);
+- ``numpy.Inf`` (callbacks), ``numpy.string_`` (HDF5 utilities), ``numpy.bool`` and
+  ``numpy.int`` (Keras's NumPy reference backend).
+
+It also makes jaxkeras follow Keras's own floatx / epsilon / image_data_format settings, which
+Keras keeps in ``keras.backend.common``. Nothing changes for programs that do not load jaxkeras
+through Keras.
+"""
+
+from __future__ import annotations
+
+import collections
+import collections.abc
+import inspect
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from jaxkeras import config
+
+
+class ArgSpec(NamedTuple):
+    """The record ``inspect.getargspec`` returned before Python 3.11."""
+
+    args: list
+    varargs: str | None
+    keywords: str | None
+    defaults: tuple | None
+
+
+def getargspec(func: Any) -> ArgSpec:
+    """``inspect.getargspec`` as it was: the positional names, ``*args``, ``**kwargs``, defaults.
+
+    Args:
+        func: a callable.
+
+    Returns:
+        An :class:`ArgSpec`.
+    """
+    full = inspect.getfullargspec(func)
+    return ArgSpec(full.args, full.varargs, full.varkw, full.defaults)
+
+
+RESTORED: dict[Any, dict[str, Any]] = {
+    collections: {
+        "Container": collections.abc.Container,
+        "Mapping": collections.abc.Mapping,
+        "Sequence": collections.abc.Sequence,
+        "Iterable": collections.abc.Iterable,
+    },
+    inspect: {"ArgSpec": ArgSpec, "getargspec": getargspec},
+    np: {"Inf": np.inf, "string_": np.bytes_, "bool": bool, "int": int},
+}
+
+
+def loaded_by_keras() -> bool:
+    """Returns whether Keras's backend loader is importing jaxkeras right now."""
+    loader = sys.modules.get("keras.backend.load_backend")
+    return loader is not None and "jaxkeras" in str(getattr(loader, "_BACKEND", ""))
+
+
+def install() -> None:
+    """Restores the names listed in the module docstring and follows Keras's settings."""
+    for module, names in RESTORED.items():
+        for name, value in names.items():
+            if name not in module.__dict__:
+                setattr(module, name, value)
+    config.follow(sys.modules["keras.backend.common"])
