@@ -78,8 +78,10 @@ def train(name, sizes, data):
                 steps += 1
         if epoch % 5 == 4 or epoch == EPOCHS - 1:
             acc = evaluate([x_test, y_test])[0]
-            print(f"{name:>8} epoch {epoch + 1:2d}/{EPOCHS}  loss {np.mean(losses):.4f}  "
-                  f"test accuracy {acc:.4f}")
+            print(
+                f"{name:>8} epoch {epoch + 1:2d}/{EPOCHS}  loss {np.mean(losses):.4f}  "
+                f"test accuracy {acc:.4f}"
+            )
     assert train_step.trace_count == 1, "the training step compiled more than once"
     return float(evaluate([x_test, y_test])[0]), seconds / steps
 
@@ -116,8 +118,10 @@ def hand_written_step_time(sizes, data):
 
 def main():
     data = load_data()
-    print(f"digits: {len(data[0])} train / {len(data[1])} test samples, backend {K.backend()}, "
-          f"device {jax.devices()[0].platform}")
+    print(
+        f"digits: {len(data[0])} train / {len(data[1])} test samples, backend {K.backend()}, "
+        f"device {jax.devices()[0].platform}"
+    )
     results = {}
     for name, sizes in (("logreg", [64, 10]), ("mlp", [64, 128, 10])):
         acc, per_step = train(name, sizes, data)
@@ -125,8 +129,10 @@ def main():
     print()
     print(f"{'model':>8} {'test acc':>9} {'jaxkeras step':>14} {'hand-written':>13} {'ratio':>6}")
     for name, (acc, ours, theirs) in results.items():
-        print(f"{name:>8} {acc:9.4f} {ours * 1e6:11.1f} us {theirs * 1e6:10.1f} us "
-              f"{ours / theirs:6.2f}")
+        print(
+            f"{name:>8} {acc:9.4f} {ours * 1e6:11.1f} us {theirs * 1e6:10.1f} us "
+            f"{ours / theirs:6.2f}"
+        )
     if results["mlp"][0] < 0.95:
         raise SystemExit(f"MLP test accuracy {results['mlp'][0]:.4f} is below 0.95")
 

@@ -78,6 +78,17 @@ def next_uid() -> int:
 class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.contexts: list[Context] = []
+        self.substitutions: list[dict] = []
+
+
+def push_substitutions(mapping: dict) -> None:
+    """Makes ops recorded from now on read ``mapping[leaf]`` wherever they get ``leaf``."""
+    _thread.substitutions.append(mapping)
+
+
+def pop_substitutions() -> None:
+    """Undoes the last :func:`push_substitutions`."""
+    _thread.substitutions.pop()
 
 
 _thread = _ThreadState()
@@ -762,6 +773,8 @@ def record(
         The value, or a :class:`Tensor` (or a pytree of them for ops with several outputs).
     """
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_symbolic)
+    for mapping in reversed(_thread.substitutions):
+        leaves = [mapping.get(leaf, leaf) if _is_symbolic(leaf) else leaf for leaf in leaves]
     if any(_is_symbolic(leaf) for leaf in leaves):
         scope = active_scope()
         resolved = _resolve_in_scope(leaves, scope) if scope is not None else None

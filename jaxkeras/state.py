@@ -760,17 +760,39 @@ def clear_session() -> None:
     graph.clear_caches()
 
 
-@contextlib.contextmanager
-def control_dependencies(control_inputs: Sequence[Any] | None) -> Iterator[None]:
-    """Accepted for Keras-2 code; jaxkeras orders computation by data dependence alone.
+def _update_targets(control_inputs: Any) -> dict:
+    targets: dict = {}
+    if isinstance(control_inputs, Update):
+        targets[control_inputs.variable] = control_inputs.value
+    elif isinstance(control_inputs, (list, tuple)):
+        if len(control_inputs) == 2 and isinstance(control_inputs[0], Variable):
+            targets[control_inputs[0]] = control_inputs[1]
+        else:
+            for entry in control_inputs:
+                targets.update(_update_targets(entry))
+    return targets
 
-    Inside ``K.function`` every output and every update value is computed from the state before
-    the call, and updates are committed together after it, so no ordering needs declaring.
+
+@contextlib.contextmanager
+def control_dependencies(control_inputs: Any) -> Iterator[None]:
+    """A context in which new ops see the variables as they are after ``control_inputs``.
+
+    Inside it, an op that reads a variable updated by one of the pending updates in
+    ``control_inputs`` reads the update's new value instead, as TF's control dependencies make
+    it read the variable after the update. (The new value is computed from the state before the
+    call, like every value of a compiled function; the update itself still runs only where it is
+    run.) Entries that are not updates are accepted and ignored: jaxkeras orders computation by
+    data dependence.
 
     Args:
-        control_inputs: ops or updates (ignored), or ``None``.
+        control_inputs: updates, ``(variable, value)`` pairs, lists of them, other ops, or
+            ``None``.
     """
-    yield
+    graph.push_substitutions(_update_targets(control_inputs))
+    try:
+        yield
+    finally:
+        graph.pop_substitutions()
 
 
 def symbolic(func: Callable) -> Callable:

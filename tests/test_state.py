@@ -189,12 +189,22 @@ def test_session_compatibility_objects():
     K.manual_variable_initialization(False)
 
 
-def test_control_dependencies_symbolic_eager():
-    v = K.variable(1.0)
-    with K.control_dependencies([K.update_add(v, 1.0)]):
-        y = v * 1
-    assert float(K.eval(y)) == 1.0
+def test_control_dependencies_read_variables_after_the_updates():
+    total, count = K.variable(0.0), K.variable(0.0)
+    x = K.placeholder((None,))
+    ups = [K.update_add(total, ksum(x)), K.update_add(count, 2.0)]
+    with K.control_dependencies(ups):
+        mean = total / count
+    untouched = total * 1
+    f = K.function([x], [mean, untouched], updates=ups)
+    np.testing.assert_allclose(f([np.array([1.0, 3.0])]), [2.0, 0.0])
+    np.testing.assert_allclose(f([np.array([5.0, 7.0])]), [4.0, 4.0])
+    assert float(K.get_value(count)) == 4.0
+    with K.control_dependencies(None):
+        assert float(K.eval(total * 1)) == 16.0
 
+
+def test_symbolic_and_eager_decorators():
     def f(a):
         return a + 1
 
