@@ -1,3 +1,883 @@
-"""nn (filled in by its issue)."""
+"""Neural-network ops: activations, crossentropies, dropout, bias_add, batch normalization,
+padding and resizing (convolution and pooling live in ``conv.py``, CTC in ``ctc.py``).
 
-__all__: list[str] = []
+Each public function validates its static arguments, then calls a pure ``jax.numpy`` body
+wrapped by :func:`jaxkeras.graph.op`, so it runs eagerly on arrays, records a node on symbolic
+tensors, and replays inside ``K.function``, ``K.gradients`` and a user's ``jax.jit``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from jaxkeras.config import epsilon, normalize_data_format
+from jaxkeras.graph import Symbolic, op
+from jaxkeras.tensors import int_shape, ndim
+
+__all__ = [
+    "batch_normalization",
+    "bias_add",
+    "binary_crossentropy",
+    "categorical_crossentropy",
+    "dropout",
+    "elu",
+    "hard_sigmoid",
+    "normalize_batch_in_training",
+    "relu",
+    "resize_images",
+    "resize_volumes",
+    "sigmoid",
+    "softmax",
+    "softplus",
+    "softsign",
+    "sparse_categorical_crossentropy",
+    "spatial_2d_padding",
+    "spatial_3d_padding",
+    "tanh",
+    "temporal_padding",
+]
+
+# ---------------------------------------------------------------------------------------------
+# argument validation (runs before the op body, on static arguments and static shapes)
+
+
+def _static_float(value: Any, fn: str, arg: str) -> float:
+    """Returns ``value`` as a Python float; TypeError unless it is a concrete real number."""
+    if isinstance(value, (Symbolic, bool)) or np.ndim(value) != 0:
+        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _axis(axis: Any, rank: int, fn: str, arg: str = "axis") -> int:
+    """Returns ``axis`` normalized to ``0..rank-1``; raises naming the bad value."""
+    if not _is_int(axis):
+        raise TypeError(f"{fn}: {arg} must be an int, got {axis!r}")
+    if not -rank <= axis < rank:
+        raise ValueError(
+            f"{fn}: {arg}={axis} is out of range for a tensor of rank {rank} "
+            f"(allowed: {-rank}..{rank - 1})"
+        )
+    return int(axis) % rank
+
+
+def _data_format(value: Any, fn: str) -> str:
+    try:
+        return normalize_data_format(value)
+    except ValueError as err:
+        raise ValueError(f"{fn}: {err}") from None
+
+
+def _check_rank(x: Any, rank: int, fn: str) -> None:
+    if ndim(x) != rank:
+        raise ValueError(f"{fn}: x must have rank {rank}, got shape {int_shape(x)}")
+
+
+def _compatible(shape: Sequence, expected: Sequence) -> bool:
+    """Whether two static shapes can be equal (``None`` matches anything)."""
+    return len(shape) == len(expected) and all(
+        a is None or b is None or a == b for a, b in zip(shape, expected)
+    )
+
+
+def _broadcastable(shape: Sequence, target: Sequence) -> bool:
+    """Whether a static ``shape`` of the same rank broadcasts to ``target``."""
+    return len(shape) == len(target) and all(
+        a is None or b is None or a in (1, b) for a, b in zip(shape, target)
+    )
+
+
+def _first_spatial_axis(data_format: str) -> int:
+    return 2 if data_format == "channels_first" else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# activations
+
+
+def _float_array(x: Any) -> jax.Array:
+    """``x`` as an array; non-float values become the default float type."""
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(float)
+
+
+@op(name="elu")
+def _elu(x: Any, alpha: float) -> Any:
+    return jax.nn.elu(_float_array(x), alpha)
+
+
+def elu(x: Any, alpha: float = 1.0) -> Any:
+    """Exponential linear unit: ``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``.
+
+    Args:
+        x: a tensor or array.
+        alpha: the scale of the negative section (a number).
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return _elu(x, _static_float(alpha, "elu", "alpha"))
+
+
+@op(name="relu")
+def _relu(x: Any, alpha: float, max_value: float | None, threshold: float) -> Any:
+    x = jnp.asarray(x)
+    out = jnp.where(x > threshold, x, 0)
+    if max_value is not None:
+        out = jnp.clip(out, 0, max_value)
+    if alpha != 0:
+        out = out - alpha * jnp.maximum(threshold - x, 0)
+    return out
+
+
+def relu(x: Any, alpha: float = 0.0, max_value: float | None = None, threshold: float = 0.0) -> Any:
+    """Rectified linear unit, with optional leak, saturation and threshold (as TF-Keras).
+
+    ``f(x) = max_value`` for ``x >= max_value``, ``x`` for ``threshold < x < max_value`` and
+    ``alpha * (x - threshold)`` for ``x <= threshold``. As in TF-Keras, the kept part is clipped
+    to ``[0, max_value]`` when ``max_value`` is given, so with a negative ``threshold`` values in
+    ``(threshold, 0)`` become 0 in that case (and stay ``x`` without ``max_value``).
+
+    Args:
+        x: a tensor or array.
+        alpha: slope of the section below ``threshold``.
+        max_value: saturation value, or ``None`` for none.
+        threshold: the value below which the leaky section starts.
+
+    Returns:
+        A tensor of the shape and dtype of ``x``.
+
+    Example:
+        >>> K.relu(np.array([-2.0, 1.0, 8.0]), alpha=0.5, max_value=6.0)
+        Array([-1.,  1.,  6.], dtype=float32)
+    """
+    alpha = _static_float(alpha, "relu", "alpha")
+    threshold = _static_float(threshold, "relu", "threshold")
+    if max_value is not None:
+        max_value = _static_float(max_value, "relu", "max_value")
+    return _relu(x, alpha, max_value, threshold)
+
+
+@op
+def hard_sigmoid(x: Any) -> Any:
+    """Piecewise-linear approximation of the sigmoid: ``clip(0.2 * x + 0.5, 0, 1)``.
+
+    It is 0 for ``x < -2.5``, 1 for ``x > 2.5`` and ``0.2 * x + 0.5`` in between.
+
+    Args:
+        x: a tensor or array.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return jnp.clip(0.2 * _float_array(x) + 0.5, 0.0, 1.0)
+
+
+@op
+def sigmoid(x: Any) -> Any:
+    """Element-wise logistic sigmoid ``1 / (1 + exp(-x))``.
+
+    Args:
+        x: a tensor or array.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return jax.nn.sigmoid(_float_array(x))
+
+
+@op(name="softmax")
+def _softmax(x: Any, axis: int) -> Any:
+    return jax.nn.softmax(_float_array(x), axis=axis)
+
+
+def softmax(x: Any, axis: int = -1) -> Any:
+    """Softmax along an axis: ``exp(x) / sum(exp(x), axis)``, computed stably.
+
+    Args:
+        x: a tensor or array.
+        axis: the axis to normalize over (default the last).
+
+    Returns:
+        A tensor of the shape of ``x`` whose entries along ``axis`` sum to 1.
+    """
+    return _softmax(x, _axis(axis, ndim(x), "softmax"))
+
+
+@op
+def softplus(x: Any) -> Any:
+    """Element-wise softplus ``log(1 + exp(x))``, computed without overflow.
+
+    Args:
+        x: a tensor or array.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return jax.nn.softplus(_float_array(x))
+
+
+@op
+def softsign(x: Any) -> Any:
+    """Element-wise softsign ``x / (1 + |x|)``.
+
+    Args:
+        x: a tensor or array.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    x = _float_array(x)
+    return x / (1 + jnp.abs(x))
+
+
+@op
+def tanh(x: Any) -> Any:
+    """Element-wise hyperbolic tangent.
+
+    Args:
+        x: a tensor or array.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return jnp.tanh(_float_array(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# crossentropies
+
+
+def _clip_probabilities(p: jax.Array, eps: float) -> jax.Array:
+    return jnp.clip(p, eps, 1.0 - eps)
+
+
+@op(name="binary_crossentropy")
+def _binary_crossentropy(target: Any, output: Any, from_logits: bool, eps: float) -> Any:
+    output = _float_array(output)
+    target = jnp.asarray(target).astype(output.dtype)
+    if from_logits:
+        # max(z, 0) - z * t + log(1 + exp(-|z|)): no overflow for any logit z.
+        return jnp.maximum(output, 0) - output * target + jnp.log1p(jnp.exp(-jnp.abs(output)))
+    p = _clip_probabilities(output, eps)
+    return -(target * jnp.log(p + eps) + (1 - target) * jnp.log(1 - p + eps))
+
+
+def binary_crossentropy(target: Any, output: Any, from_logits: bool = False) -> Any:
+    """Element-wise binary crossentropy between targets and predicted probabilities (or logits).
+
+    Probabilities are clipped to ``[epsilon, 1 - epsilon]`` and ``epsilon`` is added inside the
+    logarithms, as TF-Keras does, so the loss and its gradient stay finite at 0 and 1. Logits use
+    the overflow-free form ``max(z, 0) - z * t + log(1 + exp(-|z|))``.
+
+    Args:
+        target: targets in ``[0, 1]``, broadcastable with ``output``.
+        output: probabilities, or logits when ``from_logits`` is True.
+        from_logits: whether ``output`` holds logits.
+
+    Returns:
+        A tensor of the broadcast shape of ``target`` and ``output``.
+    """
+    return _binary_crossentropy(target, output, bool(from_logits), epsilon())
+
+
+@op(name="categorical_crossentropy")
+def _categorical_crossentropy(
+    target: Any, output: Any, from_logits: bool, axis: int, eps: float
+) -> Any:
+    output = _float_array(output)
+    target = jnp.asarray(target).astype(output.dtype)
+    if from_logits:
+        log_p = jax.nn.log_softmax(output, axis=axis)
+    else:
+        p = output / jnp.sum(output, axis=axis, keepdims=True)
+        log_p = jnp.log(_clip_probabilities(p, eps))
+    return -jnp.sum(target * log_p, axis=axis)
+
+
+def categorical_crossentropy(
+    target: Any, output: Any, from_logits: bool = False, axis: int = -1
+) -> Any:
+    """Categorical crossentropy between one-hot (or soft) targets and predictions.
+
+    Probabilities are first rescaled to sum to 1 along ``axis``, then clipped to
+    ``[epsilon, 1 - epsilon]``, as TF-Keras does; logits go through a stable log-softmax.
+
+    Args:
+        target: a tensor of the shape of ``output``.
+        output: probabilities, or logits when ``from_logits`` is True.
+        from_logits: whether ``output`` holds logits.
+        axis: the class axis of ``output`` (``-1`` channels last, ``1`` channels first).
+
+    Returns:
+        A tensor of the shape of ``output`` without ``axis``.
+
+    Raises:
+        ValueError: if ``axis`` is out of range or the shapes of ``target`` and ``output``
+            differ.
+    """
+    fn = "categorical_crossentropy"
+    axis = _axis(axis, ndim(output), fn)
+    if not _compatible(int_shape(target), int_shape(output)):
+        raise ValueError(
+            f"{fn}: target of shape {int_shape(target)} and output of shape "
+            f"{int_shape(output)} must have the same shape"
+        )
+    return _categorical_crossentropy(target, output, bool(from_logits), axis, epsilon())
+
+
+@op(name="sparse_categorical_crossentropy")
+def _sparse_categorical_crossentropy(
+    target: Any, output: Any, from_logits: bool, axis: int, eps: float
+) -> Any:
+    output = jnp.moveaxis(_float_array(output), axis, -1)
+    logits = output if from_logits else jnp.log(_clip_probabilities(output, eps))
+    log_p = jax.nn.log_softmax(logits, axis=-1)
+    labels = jnp.asarray(target)
+    if labels.ndim == output.ndim:
+        labels = jnp.squeeze(labels, axis=-1)
+    labels = labels.astype(jnp.int32)[..., None]
+    return -jnp.take_along_axis(log_p, labels, axis=-1)[..., 0]
+
+
+def sparse_categorical_crossentropy(
+    target: Any, output: Any, from_logits: bool = False, axis: int = -1
+) -> Any:
+    """Categorical crossentropy with integer class targets.
+
+    Probabilities are clipped to ``[epsilon, 1 - epsilon]`` and renormalized by a log-softmax of
+    their logarithm, as TF-Keras does; logits go through a stable log-softmax. A label outside
+    ``0..classes-1`` gives NaN.
+
+    Args:
+        target: class indices (ints, or floats holding whole numbers) of the shape of
+            ``output`` without ``axis``, optionally with a trailing dimension of 1
+            (Keras' ``(batch, 1)`` labels).
+        output: probabilities, or logits when ``from_logits`` is True.
+        from_logits: whether ``output`` holds logits.
+        axis: the class axis of ``output``.
+
+    Returns:
+        A tensor of the shape of ``output`` without ``axis``.
+
+    Raises:
+        ValueError: if ``axis`` is out of range or ``target`` does not fit ``output``.
+    """
+    fn = "sparse_categorical_crossentropy"
+    out_shape = int_shape(output)
+    axis = _axis(axis, len(out_shape), fn)
+    expected = out_shape[:axis] + out_shape[axis + 1 :]
+    target_shape = int_shape(target)
+    labels_shape = target_shape
+    if len(target_shape) == len(out_shape) and target_shape[-1] in (1, None):
+        labels_shape = target_shape[:-1]
+    if not _compatible(labels_shape, expected):
+        raise ValueError(
+            f"{fn}: target of shape {target_shape} does not fit output of shape {out_shape} "
+            f"with class axis {axis}: expected target shape {expected} (optionally with a "
+            "trailing 1)"
+        )
+    return _sparse_categorical_crossentropy(target, output, bool(from_logits), axis, epsilon())
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout
+
+
+def _noise_dims(x_shape: tuple, noise_shape: Any) -> tuple:
+    """The concrete noise shape: ``None`` entries take the size of ``x`` in that dimension."""
+    if noise_shape is None:
+        return x_shape
+    dims = tuple(s if d is None else int(d) for d, s in zip(noise_shape, x_shape))
+    if len(noise_shape) != len(x_shape) or not _broadcastable(dims, x_shape):
+        raise ValueError(
+            f"dropout: noise_shape {dims} does not broadcast to the shape {x_shape} of x"
+        )
+    return dims
+
+
+@op(name="dropout", random=True)
+def _dropout(
+    x: Any, level: float, noise_shape: Any = None, seed: int | None = None, key: Any = None
+) -> Any:
+    x = _float_array(x)
+    keep = jax.random.bernoulli(key, 1.0 - level, _noise_dims(x.shape, noise_shape))
+    return jnp.where(keep, x / (1.0 - level), 0)
+
+
+def dropout(x: Any, level: float, noise_shape: Any = None, seed: int | None = None) -> Any:
+    """Zeroes entries of ``x`` with probability ``level`` and scales the rest by
+    ``1 / (1 - level)``, so the expected value is unchanged.
+
+    A random op: every call of a compiled function draws a fresh mask; within one call the mask
+    is the same for every use of the result, also in its gradients. With a ``seed``, the
+    sequence of masks is reproducible across runs. Dropout always applies; pick it for the
+    training phase with ``K.in_train_phase``.
+
+    Args:
+        x: a tensor or array.
+        level: the drop probability, in ``[0, 1)``.
+        noise_shape: the shape of the keep/drop mask, broadcast to the shape of ``x`` (each
+            entry 1 or the size of ``x`` there; ``None`` entries mean the size of ``x``);
+            entries may be symbolic scalars such as ``K.shape(x)[0]``. Default the shape of
+            ``x``.
+        seed: an int making the masks reproducible.
+
+    Returns:
+        A tensor of the shape of ``x``.
+
+    Raises:
+        ValueError: if ``level`` is not in ``[0, 1)`` or ``noise_shape`` does not fit ``x``.
+    """
+    level = _static_float(level, "dropout", "level")
+    if not 0.0 <= level < 1.0:
+        raise ValueError(f"dropout: level must be in [0, 1), got {level!r}")
+    if seed is not None and not _is_int(seed):
+        raise TypeError(f"dropout: seed must be an int or None, got {seed!r}")
+    if noise_shape is not None:
+        size = len(noise_shape) if isinstance(noise_shape, (list, tuple)) else None
+        if size is None and isinstance(noise_shape, Symbolic):
+            size = (int_shape(noise_shape) or (None,))[0]
+        if size is not None and size != ndim(x):
+            raise ValueError(
+                f"dropout: noise_shape {noise_shape!r} must have one entry per dimension of x "
+                f"(shape {int_shape(x)})"
+            )
+    return _dropout(x, level, noise_shape, seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# bias
+
+
+@op(name="bias_add")
+def _bias_add(x: Any, bias: Any, channel_axis: int) -> Any:
+    x, bias = jnp.asarray(x), jnp.asarray(bias)
+    if bias.ndim == 1:
+        shape = [1] * x.ndim
+        shape[channel_axis] = bias.shape[0]
+        return x + bias.reshape(shape)
+    if channel_axis == 1:
+        # (spatial..., channels) is *reshaped* to (channels, spatial...), as TF-Keras does.
+        bias = bias.reshape((bias.shape[-1], *bias.shape[:-1]))
+    return x + bias[None]
+
+
+def bias_add(x: Any, bias: Any, data_format: str | None = None) -> Any:
+    """Adds a bias to a tensor of rank 2 or more.
+
+    A 1-D bias is added along the channel axis (the last for ``'channels_last'``, axis 1 for
+    ``'channels_first'``). A bias of rank ``ndim(x) - 1`` has shape
+    ``(spatial..., channels)``; for ``'channels_last'`` it is added to every sample, for
+    ``'channels_first'`` it is reshaped (not transposed) to ``(channels, spatial...)`` first,
+    as TF-Keras does, so weights trained there keep their meaning.
+
+    Args:
+        x: a tensor of rank >= 2.
+        bias: a 1-D tensor of length ``channels``, or of rank ``ndim(x) - 1``.
+        data_format: ``'channels_last'`` or ``'channels_first'``; default
+            :func:`image_data_format`.
+
+    Returns:
+        A tensor of the shape of ``x``.
+
+    Raises:
+        ValueError: for an invalid ``data_format``, or a bias whose rank or shape does not fit
+            ``x`` (naming both shapes).
+    """
+    fn = "bias_add"
+    data_format = _data_format(data_format, fn)
+    x_shape, b_shape = int_shape(x), int_shape(bias)
+    if len(x_shape) < 2:
+        raise ValueError(f"{fn}: x must have rank 2 or more, got shape {x_shape}")
+    if len(b_shape) not in (1, len(x_shape) - 1):
+        raise ValueError(
+            f"{fn}: bias of shape {b_shape} must be 1-D or of rank {len(x_shape) - 1} "
+            f"for x of shape {x_shape}"
+        )
+    channel_axis = 1 if data_format == "channels_first" else len(x_shape) - 1
+    if len(b_shape) == 1:
+        expected = (x_shape[channel_axis],)
+    elif channel_axis == 1:
+        expected = (*x_shape[2:], x_shape[1])
+    else:
+        expected = x_shape[1:]
+    if not _compatible(b_shape, expected):
+        raise ValueError(
+            f"{fn}: bias of shape {b_shape} does not fit x of shape {x_shape} "
+            f"({data_format}): expected a bias of shape {expected}"
+        )
+    return _bias_add(x, bias, channel_axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# batch normalization
+
+
+def _normalize(x: jax.Array, mean: Any, var: Any, beta: Any, gamma: Any, eps: float) -> jax.Array:
+    """``(x - mean) / sqrt(var + eps) * gamma + beta`` for parameters broadcastable to ``x``."""
+    scale = lax.rsqrt(var + eps)
+    if gamma is not None:
+        scale = scale * gamma
+    out = (x - mean) * scale
+    return out if beta is None else out + beta
+
+
+@op(name="batch_normalization")
+def _batch_normalization(
+    x: Any, mean: Any, var: Any, beta: Any, gamma: Any, axis: int, eps: float
+) -> Any:
+    x = _float_array(x)
+
+    def along_axis(p: Any) -> Any:
+        if p is None:
+            return None
+        p = jnp.asarray(p)
+        if p.ndim != 1 or x.ndim == 1:
+            return p
+        shape = [1] * x.ndim
+        shape[axis] = p.shape[0]
+        return p.reshape(shape)
+
+    return _normalize(x, *map(along_axis, (mean, var, beta, gamma)), eps)
+
+
+def _check_parameter(p: Any, name: str, x_shape: tuple, axis: int, fn: str) -> None:
+    """Raises unless ``p`` is a scalar, 1-D along ``axis``, or full-rank broadcastable."""
+    shape = int_shape(p)
+    if len(shape) == 0:
+        return
+    if len(shape) == 1 and len(x_shape) > 1:
+        ok = _broadcastable(shape, (x_shape[axis],))
+        want = f"a 1-D tensor of length {x_shape[axis]}"
+    else:
+        ok = _broadcastable(shape, x_shape)
+        want = f"a tensor broadcastable to {x_shape}"
+    if not ok:
+        raise ValueError(
+            f"{fn}: {name} of shape {shape} does not fit x of shape {x_shape} with axis={axis}: "
+            f"expected {want}"
+        )
+
+
+def batch_normalization(
+    x: Any, mean: Any, var: Any, beta: Any, gamma: Any, axis: int = -1, epsilon: float = 1e-3
+) -> Any:
+    """Normalizes ``x`` with given statistics: ``(x - mean) / sqrt(var + epsilon) * gamma + beta``.
+
+    Each parameter may be 1-D (it then runs along ``axis``), have the rank of ``x`` (it is
+    broadcast), or be a scalar. As in TF-Keras (``tf.nn.batch_normalization``), ``epsilon`` is
+    added to the variance inside the square root.
+
+    Args:
+        x: a tensor.
+        mean: the mean.
+        var: the variance.
+        beta: the offset, or ``None`` for 0.
+        gamma: the scale, or ``None`` for 1.
+        axis: the feature axis that 1-D parameters run along.
+        epsilon: a small non-negative number added to the variance.
+
+    Returns:
+        A tensor of the shape of ``x``.
+
+    Raises:
+        ValueError: for an out-of-range ``axis``, a negative ``epsilon`` or a parameter whose
+            shape does not fit.
+    """
+    fn = "batch_normalization"
+    x_shape = int_shape(x)
+    axis = _axis(axis, len(x_shape), fn)
+    eps = _check_epsilon(epsilon, fn)
+    for name, p in (("mean", mean), ("var", var), ("beta", beta), ("gamma", gamma)):
+        if p is not None:
+            _check_parameter(p, name, x_shape, axis, fn)
+    return _batch_normalization(x, mean, var, beta, gamma, axis, eps)
+
+
+def _check_epsilon(value: Any, fn: str) -> float:
+    eps = _static_float(value, fn, "epsilon")
+    if eps < 0:
+        raise ValueError(f"{fn}: epsilon must be >= 0, got {value!r}")
+    return eps
+
+
+@op(name="normalize_batch_in_training")
+def _normalize_batch_in_training(x: Any, gamma: Any, beta: Any, axes: tuple, eps: float) -> Any:
+    x = _float_array(x)
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.var(x, axis=axes, keepdims=True)
+
+    def kept_shape(p: Any) -> Any:
+        return None if p is None else jnp.reshape(p, mean.shape)
+
+    normed = _normalize(x, mean, var, kept_shape(beta), kept_shape(gamma), eps)
+    return normed, jnp.squeeze(mean, axis=axes), jnp.squeeze(var, axis=axes)
+
+
+def normalize_batch_in_training(
+    x: Any, gamma: Any, beta: Any, reduction_axes: Sequence[int], epsilon: float = 1e-3
+) -> tuple[Any, Any, Any]:
+    """Computes the mean and (biased) variance over ``reduction_axes`` and normalizes ``x``.
+
+    Args:
+        x: a tensor.
+        gamma: the scale, or ``None`` for 1; it is reshaped to the shape of ``x`` with the
+            reduction axes set to 1, so a 1-D tensor over the kept dimensions (e.g. the
+            channels) or a tensor of that broadcast shape fits.
+        beta: the offset, or ``None`` for 0; shaped like ``gamma``.
+        reduction_axes: the axes to compute the statistics over (any, e.g. ``[0, 1, 2]`` for
+            channels-last images or ``[0, 2, 3]`` for channels-first ones).
+        epsilon: a small non-negative number added to the variance.
+
+    Returns:
+        ``(normalized, mean, variance)``: the normalized tensor (shape of ``x``), and the mean
+        and biased variance with the reduction axes removed.
+
+    Raises:
+        ValueError: for an out-of-range or repeated axis, a negative ``epsilon``, or a
+            ``gamma``/``beta`` whose size does not fit.
+    """
+    fn = "normalize_batch_in_training"
+    x_shape = int_shape(x)
+    if isinstance(reduction_axes, numbers.Integral):
+        reduction_axes = (reduction_axes,)
+    axes = tuple(_axis(a, len(x_shape), fn, "reduction_axes") for a in reduction_axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{fn}: reduction_axes {reduction_axes!r} repeats an axis")
+    eps = _check_epsilon(epsilon, fn)
+    kept = [d for i, d in enumerate(x_shape) if i not in axes]
+    for name, p in (("gamma", gamma), ("beta", beta)):
+        if p is None or None in kept or None in int_shape(p):
+            continue
+        if int(np.prod(int_shape(p))) != int(np.prod(kept)):
+            raise ValueError(
+                f"{fn}: {name} of shape {int_shape(p)} does not fit x of shape {x_shape} "
+                f"reduced over {axes}: it needs {int(np.prod(kept))} elements (e.g. shape "
+                f"{tuple(kept)})"
+            )
+    return _normalize_batch_in_training(x, gamma, beta, tuple(sorted(axes)), eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# padding
+
+
+def _pad_pair(value: Any, fn: str, arg: str) -> tuple[int, int]:
+    """Validates a ``(before, after)`` pair of non-negative ints."""
+    if not (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(_is_int(v) and v >= 0 for v in value)
+    ):
+        raise ValueError(
+            f"{fn}: {arg} must be a pair of non-negative ints (before, after), got {value!r}"
+        )
+    return int(value[0]), int(value[1])
+
+
+@op(name="pad")
+def _pad(x: Any, widths: tuple) -> Any:
+    return jnp.pad(jnp.asarray(x), widths)
+
+
+def _pad_axes(x: Any, pairs: Sequence[tuple[int, int]], first_axis: int) -> Any:
+    """Zero-pads consecutive axes of ``x`` from ``first_axis`` on by ``pairs``."""
+    widths = [(0, 0)] * ndim(x)
+    widths[first_axis : first_axis + len(pairs)] = pairs
+    return _pad(x, tuple(widths))
+
+
+def _spatial_padding(x: Any, padding: Any, data_format: Any, rank: int, fn: str) -> Any:
+    data_format = _data_format(data_format, fn)
+    n = rank - 2
+    if not (isinstance(padding, (list, tuple)) and len(padding) == n):
+        raise ValueError(f"{fn}: padding must be {n} (before, after) pairs, got {padding!r}")
+    pairs = [_pad_pair(p, fn, f"padding[{i}]") for i, p in enumerate(padding)]
+    _check_rank(x, rank, fn)
+    return _pad_axes(x, pairs, _first_spatial_axis(data_format))
+
+
+def temporal_padding(x: Any, padding: tuple[int, int] = (1, 1)) -> Any:
+    """Zero-pads the middle (time) axis of a 3-D tensor.
+
+    Args:
+        x: a tensor of shape ``(batch, steps, features)``.
+        padding: ``(before, after)``: how many zeros to add at the start and end of axis 1.
+
+    Returns:
+        A tensor of shape ``(batch, steps + before + after, features)``.
+
+    Raises:
+        ValueError: if ``padding`` is not a pair of non-negative ints or ``x`` is not 3-D.
+    """
+    pair = _pad_pair(padding, "temporal_padding", "padding")
+    _check_rank(x, 3, "temporal_padding")
+    return _pad_axes(x, [pair], 1)
+
+
+def spatial_2d_padding(
+    x: Any, padding: Any = ((1, 1), (1, 1)), data_format: str | None = None
+) -> Any:
+    """Zero-pads the two spatial axes of a 4-D tensor.
+
+    Args:
+        x: a tensor of shape ``(batch, rows, cols, channels)`` (channels last) or
+            ``(batch, channels, rows, cols)`` (channels first).
+        padding: ``((top, bottom), (left, right))``, non-negative ints.
+        data_format: ``'channels_last'`` or ``'channels_first'``; default
+            :func:`image_data_format`.
+
+    Returns:
+        The padded 4-D tensor.
+
+    Raises:
+        ValueError: for an invalid ``padding`` or ``data_format``, or a non-4-D ``x``.
+    """
+    return _spatial_padding(x, padding, data_format, 4, "spatial_2d_padding")
+
+
+def spatial_3d_padding(
+    x: Any, padding: Any = ((1, 1), (1, 1), (1, 1)), data_format: str | None = None
+) -> Any:
+    """Zero-pads the three spatial axes (depth, height, width) of a 5-D tensor.
+
+    Args:
+        x: a tensor of shape ``(batch, depth, height, width, channels)`` (channels last) or
+            ``(batch, channels, depth, height, width)`` (channels first).
+        padding: three ``(before, after)`` pairs of non-negative ints, one per spatial axis.
+        data_format: ``'channels_last'`` or ``'channels_first'``; default
+            :func:`image_data_format`.
+
+    Returns:
+        The padded 5-D tensor.
+
+    Raises:
+        ValueError: for an invalid ``padding`` or ``data_format``, or a non-5-D ``x``.
+    """
+    return _spatial_padding(x, padding, data_format, 5, "spatial_3d_padding")
+
+
+# ---------------------------------------------------------------------------------------------
+# resizing
+
+# interpolation name -> jax.image.resize method ('nearest' repeats elements instead)
+_INTERPOLATIONS = {
+    "nearest": "nearest",
+    "bilinear": "linear",
+    "bicubic": "cubic",
+    "lanczos3": "lanczos3",
+    "lanczos5": "lanczos5",
+}
+
+
+@op(name="resize")
+def _resize(x: Any, factors: tuple, first_axis: int, interpolation: str) -> Any:
+    x = jnp.asarray(x)
+    if interpolation == "nearest":
+        for i, factor in enumerate(factors):
+            x = jnp.repeat(x, factor, axis=first_axis + i)
+        return x
+    shape = list(x.shape)
+    for i, factor in enumerate(factors):
+        shape[first_axis + i] *= factor
+    method = _INTERPOLATIONS[interpolation]
+    return jax.image.resize(_float_array(x), tuple(shape), method, antialias=False)
+
+
+def _factor(value: Any, fn: str, arg: str) -> int:
+    if not (_is_int(value) and value >= 1):
+        raise ValueError(f"{fn}: {arg} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def resize_images(
+    x: Any,
+    height_factor: int,
+    width_factor: int,
+    data_format: str | None = None,
+    interpolation: str = "nearest",
+) -> Any:
+    """Upsamples the images of a 4-D tensor by integer factors.
+
+    The result matches ``tf.image.resize`` to ``(rows * height_factor, cols * width_factor)``:
+    ``'nearest'`` repeats each pixel; ``'bilinear'``, ``'bicubic'`` (Keys, a = -0.5),
+    ``'lanczos3'`` and ``'lanczos5'`` interpolate with half-pixel centers, and near the border
+    only the taps inside the image are used, with their weights renormalized to sum to 1.
+
+    Args:
+        x: a tensor of shape ``(batch, rows, cols, channels)`` (channels last) or
+            ``(batch, channels, rows, cols)`` (channels first).
+        height_factor: a positive int.
+        width_factor: a positive int.
+        data_format: ``'channels_last'`` or ``'channels_first'``; default
+            :func:`image_data_format`.
+        interpolation: ``'nearest'``, ``'bilinear'``, ``'bicubic'``, ``'lanczos3'`` or
+            ``'lanczos5'``.
+
+    Returns:
+        The resized 4-D tensor (float for interpolations other than ``'nearest'``).
+
+    Raises:
+        ValueError: for an invalid ``data_format``, ``interpolation`` or factor, or a non-4-D
+            ``x``.
+    """
+    fn = "resize_images"
+    data_format = _data_format(data_format, fn)
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(
+            f"{fn}: interpolation must be one of {sorted(_INTERPOLATIONS)}, got {interpolation!r}"
+        )
+    factors = (
+        _factor(height_factor, fn, "height_factor"),
+        _factor(width_factor, fn, "width_factor"),
+    )
+    _check_rank(x, 4, fn)
+    return _resize(x, factors, _first_spatial_axis(data_format), interpolation)
+
+
+def resize_volumes(
+    x: Any, depth_factor: int, height_factor: int, width_factor: int, data_format: str | None = None
+) -> Any:
+    """Upsamples the volumes of a 5-D tensor by repeating elements (nearest neighbour).
+
+    Args:
+        x: a tensor of shape ``(batch, depth, height, width, channels)`` (channels last) or
+            ``(batch, channels, depth, height, width)`` (channels first).
+        depth_factor: a positive int.
+        height_factor: a positive int.
+        width_factor: a positive int.
+        data_format: ``'channels_last'`` or ``'channels_first'``; default
+            :func:`image_data_format`.
+
+    Returns:
+        The resized 5-D tensor.
+
+    Raises:
+        ValueError: for an invalid ``data_format`` or factor, or a non-5-D ``x``.
+    """
+    fn = "resize_volumes"
+    data_format = _data_format(data_format, fn)
+    factors = tuple(
+        _factor(f, fn, arg)
+        for f, arg in (
+            (depth_factor, "depth_factor"),
+            (height_factor, "height_factor"),
+            (width_factor, "width_factor"),
+        )
+    )
+    _check_rank(x, 5, fn)
+    return _resize(x, factors, _first_spatial_axis(data_format), "nearest")
