@@ -100,6 +100,13 @@ def _broadcastable(shape: Sequence, target: Sequence) -> bool:
     )
 
 
+def _check_epsilon(value: Any, fn: str) -> float:
+    eps = _static_float(value, fn, "epsilon")
+    if eps < 0:
+        raise ValueError(f"{fn}: epsilon must be >= 0, got {value!r}")
+    return eps
+
+
 def _first_spatial_axis(data_format: str) -> int:
     return 2 if data_format == "channels_first" else 1
 
@@ -419,8 +426,9 @@ def _dropout(
 
 
 def dropout(x: Any, level: float, noise_shape: Any = None, seed: int | None = None) -> Any:
-    """Zeroes entries of ``x`` with probability ``level`` and scales the rest by
-    ``1 / (1 - level)``, so the expected value is unchanged.
+    """Zeroes entries of ``x`` at random with probability ``level``, scaling the rest up.
+
+    Kept entries are divided by ``1 - level``, so the expected value is unchanged.
 
     A random op: every call of a compiled function draws a fresh mask; within one call the mask
     is the same for every use of the result, also in its gradients. With a ``seed``, the
@@ -602,17 +610,12 @@ def batch_normalization(
     x_shape = int_shape(x)
     axis = _axis(axis, len(x_shape), fn)
     eps = _check_epsilon(epsilon, fn)
+    if mean is None or var is None:
+        raise ValueError(f"{fn}: mean and var are required, got mean={mean!r}, var={var!r}")
     for name, p in (("mean", mean), ("var", var), ("beta", beta), ("gamma", gamma)):
         if p is not None:
             _check_parameter(p, name, x_shape, axis, fn)
     return _batch_normalization(x, mean, var, beta, gamma, axis, eps)
-
-
-def _check_epsilon(value: Any, fn: str) -> float:
-    eps = _static_float(value, fn, "epsilon")
-    if eps < 0:
-        raise ValueError(f"{fn}: epsilon must be >= 0, got {value!r}")
-    return eps
 
 
 @op(name="normalize_batch_in_training")
@@ -676,17 +679,13 @@ def normalize_batch_in_training(
 # padding
 
 
-def _pad_pair(value: Any, fn: str, arg: str) -> tuple[int, int]:
-    """Validates a ``(before, after)`` pair of non-negative ints."""
-    if not (
+def _is_pad_pair(value: Any) -> bool:
+    """Whether ``value`` is a ``(before, after)`` pair of non-negative ints."""
+    return (
         isinstance(value, (list, tuple))
         and len(value) == 2
         and all(_is_int(v) and v >= 0 for v in value)
-    ):
-        raise ValueError(
-            f"{fn}: {arg} must be a pair of non-negative ints (before, after), got {value!r}"
-        )
-    return int(value[0]), int(value[1])
+    )
 
 
 @op(name="pad")
@@ -704,10 +703,17 @@ def _pad_axes(x: Any, pairs: Sequence[tuple[int, int]], first_axis: int) -> Any:
 def _spatial_padding(x: Any, padding: Any, data_format: Any, rank: int, fn: str) -> Any:
     data_format = _data_format(data_format, fn)
     n = rank - 2
-    if not (isinstance(padding, (list, tuple)) and len(padding) == n):
-        raise ValueError(f"{fn}: padding must be {n} (before, after) pairs, got {padding!r}")
-    pairs = [_pad_pair(p, fn, f"padding[{i}]") for i, p in enumerate(padding)]
+    if not (
+        isinstance(padding, (list, tuple))
+        and len(padding) == n
+        and all(_is_pad_pair(p) for p in padding)
+    ):
+        raise ValueError(
+            f"{fn}: padding must be {n} pairs of non-negative ints, one (before, after) per "
+            f"spatial axis, e.g. {((1, 1),) * n}; got {padding!r}"
+        )
     _check_rank(x, rank, fn)
+    pairs = [(int(a), int(b)) for a, b in padding]
     return _pad_axes(x, pairs, _first_spatial_axis(data_format))
 
 
@@ -724,9 +730,13 @@ def temporal_padding(x: Any, padding: tuple[int, int] = (1, 1)) -> Any:
     Raises:
         ValueError: if ``padding`` is not a pair of non-negative ints or ``x`` is not 3-D.
     """
-    pair = _pad_pair(padding, "temporal_padding", "padding")
+    if not _is_pad_pair(padding):
+        raise ValueError(
+            "temporal_padding: padding must be a pair of non-negative ints (before, after), "
+            f"got {padding!r}"
+        )
     _check_rank(x, 3, "temporal_padding")
-    return _pad_axes(x, [pair], 1)
+    return _pad_axes(x, [(int(padding[0]), int(padding[1]))], 1)
 
 
 def spatial_2d_padding(
