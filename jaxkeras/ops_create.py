@@ -1,0 +1,135 @@
+"""Constant-filled variables and tensors: zeros, ones, eye, zeros_like, ones_like, arange."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkeras import state
+from jaxkeras.graph import op
+from jaxkeras.ops_common import TensorLike, check_dtype, is_int
+
+__all__ = ["arange", "eye", "ones", "ones_like", "zeros", "zeros_like"]
+
+
+def _variable_shape(shape: Any, fn: str) -> tuple[int, ...]:
+    if is_int(shape):
+        shape = (shape,)
+    if not isinstance(shape, (list, tuple)) or not all(is_int(d) and d >= 0 for d in shape):
+        raise ValueError(f"{fn}: shape must be a tuple of ints >= 0, got {shape!r}")
+    return tuple(int(d) for d in shape)
+
+
+def zeros(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
+    """Creates a variable filled with zeros.
+
+    Args:
+        shape: a tuple of ints.
+        dtype: its dtype; default floatx.
+        name: its name.
+
+    Returns:
+        A :class:`Variable`.
+    """
+    dtype = check_dtype(dtype)
+    return state.variable(jnp.zeros(_variable_shape(shape, "zeros"), dtype), dtype, name)
+
+
+def ones(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
+    """Creates a variable filled with ones.
+
+    Args:
+        shape: a tuple of ints.
+        dtype: its dtype; default floatx.
+        name: its name.
+
+    Returns:
+        A :class:`Variable`.
+    """
+    dtype = check_dtype(dtype)
+    return state.variable(jnp.ones(_variable_shape(shape, "ones"), dtype), dtype, name)
+
+
+def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
+    """Creates a variable holding an identity matrix.
+
+    Args:
+        size: the number of rows and columns, or a pair ``(rows, columns)``.
+        dtype: its dtype; default floatx.
+        name: its name.
+
+    Returns:
+        A :class:`Variable`.
+    """
+    dtype = check_dtype(dtype)
+    rows, columns = _variable_shape((size, size) if is_int(size) else size, "eye")
+    return state.variable(jnp.eye(rows, columns, dtype=dtype), dtype, name)
+
+
+@op(name="zeros_like")
+def _zeros_like(x: Any, dtype: str | None) -> Any:
+    return jnp.zeros_like(x, dtype=dtype)
+
+
+@op(name="ones_like")
+def _ones_like(x: Any, dtype: str | None) -> Any:
+    return jnp.ones_like(x, dtype=dtype)
+
+
+def zeros_like(x: TensorLike, dtype: Any = None, name: str | None = None) -> TensorLike:
+    """A tensor of zeros with the shape of ``x``.
+
+    Args:
+        x: a tensor or variable.
+        dtype: the dtype; default that of ``x``.
+        name: ignored (kept for Keras code).
+
+    Returns:
+        A tensor.
+    """
+    return _zeros_like(x, None if dtype is None else check_dtype(dtype))
+
+
+def ones_like(x: TensorLike, dtype: Any = None, name: str | None = None) -> TensorLike:
+    """A tensor of ones with the shape of ``x``.
+
+    Args:
+        x: a tensor or variable.
+        dtype: the dtype; default that of ``x``.
+        name: ignored (kept for Keras code).
+
+    Returns:
+        A tensor.
+    """
+    return _ones_like(x, None if dtype is None else check_dtype(dtype))
+
+
+@op(name="arange")
+def _arange(start: Any, stop: Any, step: Any, dtype: str) -> Any:
+    bounds = (np.asarray(v).item() for v in (start, stop, step))
+    return jnp.arange(*bounds).astype(dtype)
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = "int32") -> TensorLike:
+    """A 1-D tensor of evenly spaced values ``start, start + step, ...`` below ``stop``.
+
+    With one argument it is the stop and the start is 0 (Theano's convention), so a negative
+    single argument gives an empty tensor.
+
+    Args:
+        start: the first value (or the stop, when ``stop`` is ``None``): a number or a scalar
+            tensor known when the graph is traced, such as ``K.shape(x)[1]``.
+        stop: the end (excluded).
+        step: the spacing (not 0).
+        dtype: the dtype of the result (float bounds are cast to it); default int32.
+
+    Returns:
+        A 1-D tensor.
+    """
+    if stop is None:
+        start, stop = 0, start
+    if isinstance(step, (int, float)) and step == 0:
+        raise ValueError("arange: step must not be 0")
+    return _arange(start, stop, step, check_dtype(dtype))

@@ -1,0 +1,345 @@
+"""Element-wise ops: math functions, comparisons, clipping, rounding and casting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkeras.config import floatx
+from jaxkeras.graph import op
+from jaxkeras.ops_common import TensorLike, check_dtype, is_symbolic
+
+__all__ = [
+    "abs",
+    "cast",
+    "cast_to_floatx",
+    "clip",
+    "cos",
+    "equal",
+    "exp",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "log",
+    "maximum",
+    "minimum",
+    "not_equal",
+    "pow",
+    "round",
+    "sign",
+    "sin",
+    "sqrt",
+    "square",
+]
+
+
+@op(name="abs")
+def abs(x: TensorLike) -> TensorLike:
+    """Element-wise absolute value.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.abs(x)
+
+
+@op
+def square(x: TensorLike) -> TensorLike:
+    """Element-wise square.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.square(x)
+
+
+@op
+def sqrt(x: TensorLike) -> TensorLike:
+    """Element-wise square root; negative values are clipped to 0 first (as TF-Keras does).
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.sqrt(jnp.maximum(x, 0))
+
+
+@op
+def exp(x: TensorLike) -> TensorLike:
+    """Element-wise exponential.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.exp(x)
+
+
+@op
+def log(x: TensorLike) -> TensorLike:
+    """Element-wise natural logarithm.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.log(x)
+
+
+@op
+def sin(x: TensorLike) -> TensorLike:
+    """Element-wise sine.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.sin(x)
+
+
+@op
+def cos(x: TensorLike) -> TensorLike:
+    """Element-wise cosine.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.cos(x)
+
+
+@op
+def sign(x: TensorLike) -> TensorLike:
+    """Element-wise sign: -1, 0 or 1.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.sign(x)
+
+
+@op(name="round")
+def round(x: TensorLike) -> TensorLike:
+    """Element-wise rounding to the nearest integer; ties go to the even neighbour.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor of the same dtype.
+    """
+    return jnp.round(x)
+
+
+@op(name="pow")
+def pow(x: TensorLike, a: TensorLike) -> TensorLike:
+    """Element-wise power ``x ** a``.
+
+    Args:
+        x: a tensor or variable.
+        a: the exponent, a number or a tensor broadcastable to ``x``.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.power(x, a)
+
+
+@op
+def maximum(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise maximum of two tensors (broadcasting).
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.maximum(x, y)
+
+
+@op
+def minimum(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise minimum of two tensors (broadcasting).
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return jnp.minimum(x, y)
+
+
+@op
+def equal(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise ``x == y``.
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A bool tensor.
+    """
+    return jnp.equal(x, y)
+
+
+@op
+def not_equal(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise ``x != y``.
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A bool tensor.
+    """
+    return jnp.not_equal(x, y)
+
+
+@op
+def greater(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise ``x > y``.
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A bool tensor.
+    """
+    return jnp.greater(x, y)
+
+
+@op
+def greater_equal(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise ``x >= y``.
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A bool tensor.
+    """
+    return jnp.greater_equal(x, y)
+
+
+@op
+def less(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise ``x < y``.
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A bool tensor.
+    """
+    return jnp.less(x, y)
+
+
+@op
+def less_equal(x: TensorLike, y: TensorLike) -> TensorLike:
+    """Element-wise ``x <= y``.
+
+    Args:
+        x: a tensor or variable.
+        y: a tensor or variable.
+
+    Returns:
+        A bool tensor.
+    """
+    return jnp.less_equal(x, y)
+
+
+@op(name="clip")
+def _clip(x: Any, min_value: Any, max_value: Any) -> Any:
+    x = jnp.asarray(x)
+    if min_value is not None:
+        x = jnp.maximum(x, jnp.asarray(min_value).astype(x.dtype))
+    if max_value is not None:
+        x = jnp.minimum(x, jnp.asarray(max_value).astype(x.dtype))
+    return x
+
+
+def clip(x: TensorLike, min_value: TensorLike, max_value: TensorLike) -> TensorLike:
+    """Element-wise clipping to ``[min_value, max_value]``.
+
+    Bounds are cast to the dtype of ``x``. When both bounds are numbers and
+    ``max_value < min_value``, ``max_value`` is raised to ``min_value`` (everything becomes
+    ``min_value``), as TF-Keras does. With tensor bounds, ``min_value`` is applied first.
+
+    Args:
+        x: a tensor or variable.
+        min_value: a number, a tensor broadcastable to ``x``, or ``None`` (no lower bound).
+        max_value: a number, a tensor broadcastable to ``x``, or ``None`` (no upper bound).
+
+    Returns:
+        A tensor of the dtype of ``x``.
+    """
+    numbers = (int, float, np.integer, np.floating)
+    if isinstance(min_value, numbers) and isinstance(max_value, numbers):
+        max_value = max(min_value, max_value)
+    return _clip(x, min_value, max_value)
+
+
+@op(name="cast")
+def _cast(x: Any, dtype: str) -> Any:
+    return jnp.asarray(x).astype(dtype)
+
+
+def cast(x: TensorLike, dtype: Any) -> TensorLike:
+    """Casts a tensor to ``dtype`` (a variable gives a tensor; floats to ints truncate).
+
+    Args:
+        x: a tensor or variable.
+        dtype: the new dtype, e.g. ``'float16'``, ``'int32'``, ``'bool'``.
+
+    Returns:
+        A tensor of dtype ``dtype``.
+
+    Raises:
+        TypeError: naming ``dtype`` when it is not a dtype.
+    """
+    return _cast(x, check_dtype(dtype))
+
+
+def cast_to_floatx(x: Any) -> Any:
+    """Casts a NumPy array (or anything array-like) to floatx.
+
+    Args:
+        x: a NumPy array, a list or a number; a tensor or variable gives a cast tensor.
+
+    Returns:
+        A NumPy array of dtype floatx (a tensor for symbolic ``x``).
+    """
+    if is_symbolic(x):
+        return cast(x, floatx())
+    return np.asarray(x, dtype=jnp.dtype(floatx()))

@@ -1,0 +1,250 @@
+"""Random tensors (normal, uniform, truncated normal, Bernoulli) and randomly initialized
+variables.
+
+Random ops draw from the key the framework gives each node: fresh on every call of a compiled
+function, the same for one node within a call, and derived from ``seed`` when one is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from jaxkeras import state
+from jaxkeras.graph import op
+from jaxkeras.ops_common import (
+    TensorLike,
+    check_dtype,
+    check_float_dtype,
+    check_shape_arg,
+    concrete_dims,
+    is_int,
+    is_symbolic,
+)
+
+__all__ = [
+    "random_bernoulli",
+    "random_binomial",
+    "random_normal",
+    "random_normal_variable",
+    "random_uniform",
+    "random_uniform_variable",
+    "truncated_normal",
+]
+
+_TRUNCATION = 2.0  # truncated_normal redraws values beyond this many standard deviations
+
+
+def _check_seed(seed: Any, fn: str) -> int | None:
+    if seed is not None and not is_int(seed):
+        raise ValueError(f"{fn}: seed must be an int or None, got {seed!r}")
+    return None if seed is None else int(seed)
+
+
+def _check_variable_shape(shape: Any, fn: str) -> tuple:
+    shape = check_shape_arg(shape, fn)
+    if is_symbolic(shape) or any(is_symbolic(d) for d in shape):
+        raise ValueError(f"{fn}: a variable's shape must hold ints, got {shape!r}")
+    return shape
+
+
+@op(name="random_normal", random=True)
+def _normal(
+    shape: Any, mean: Any, stddev: Any, dtype: str, seed: Any = None, key: Any = None
+) -> Any:
+    draw = jax.random.normal(key, concrete_dims(shape), dtype)
+    return (mean + stddev * draw).astype(dtype)
+
+
+@op(name="truncated_normal", random=True)
+def _truncated_normal(
+    shape: Any, mean: Any, stddev: Any, dtype: str, seed: Any = None, key: Any = None
+) -> Any:
+    draw = jax.random.truncated_normal(key, -_TRUNCATION, _TRUNCATION, concrete_dims(shape), dtype)
+    return (mean + stddev * draw).astype(dtype)
+
+
+@op(name="random_uniform", random=True)
+def _uniform(
+    shape: Any, minval: Any, maxval: Any, dtype: str, seed: Any = None, key: Any = None
+) -> Any:
+    draw = jax.random.uniform(key, concrete_dims(shape), dtype)
+    return (minval + (maxval - minval) * draw).astype(dtype)
+
+
+@op(name="random_bernoulli", random=True)
+def _bernoulli(shape: Any, p: Any, dtype: str, seed: Any = None, key: Any = None) -> Any:
+    return (jax.random.uniform(key, concrete_dims(shape)) < p).astype(dtype)
+
+
+def _bernoulli_checked(shape: Any, p: TensorLike, dtype: Any, seed: Any, fn: str) -> TensorLike:
+    shape = check_shape_arg(shape, fn)
+    if isinstance(p, (int, float)) and not 0.0 <= p <= 1.0:
+        raise ValueError(f"{fn}: p must be in [0, 1], got {p!r}")
+    return _bernoulli(shape, p, check_dtype(dtype), seed=_check_seed(seed, fn))
+
+
+def random_normal(
+    shape: Any,
+    mean: TensorLike = 0.0,
+    stddev: TensorLike = 1.0,
+    dtype: Any = None,
+    seed: int | None = None,
+) -> TensorLike:
+    """Samples from a normal distribution.
+
+    Args:
+        shape: the shape: a tuple of ints and scalar tensors known when the graph is traced
+            (e.g. ``(K.shape(x)[0], 16)``), or a 1-D integer tensor such as ``K.shape(x)``.
+        mean: the mean (a number or a tensor broadcastable to ``shape``).
+        stddev: the standard deviation (likewise).
+        dtype: a float dtype; default floatx.
+        seed: an int making the draws reproducible, or ``None``.
+
+    Returns:
+        A tensor (an array when every argument is concrete).
+    """
+    shape = check_shape_arg(shape, "random_normal")
+    dtype = check_float_dtype(dtype, "random_normal")
+    return _normal(shape, mean, stddev, dtype, seed=_check_seed(seed, "random_normal"))
+
+
+def truncated_normal(
+    shape: Any,
+    mean: TensorLike = 0.0,
+    stddev: TensorLike = 1.0,
+    dtype: Any = None,
+    seed: int | None = None,
+) -> TensorLike:
+    """Samples from a normal distribution truncated to within 2 standard deviations of the
+    mean (values beyond are redrawn).
+
+    Args:
+        shape: the shape (see :func:`random_normal`).
+        mean: the mean.
+        stddev: the standard deviation of the normal distribution before truncation.
+        dtype: a float dtype; default floatx.
+        seed: an int making the draws reproducible, or ``None``.
+
+    Returns:
+        A tensor.
+    """
+    shape = check_shape_arg(shape, "truncated_normal")
+    dtype = check_float_dtype(dtype, "truncated_normal")
+    seed = _check_seed(seed, "truncated_normal")
+    return _truncated_normal(shape, mean, stddev, dtype, seed=seed)
+
+
+def random_uniform(
+    shape: Any,
+    minval: TensorLike = 0.0,
+    maxval: TensorLike = 1.0,
+    dtype: Any = None,
+    seed: int | None = None,
+) -> TensorLike:
+    """Samples uniformly from ``[minval, maxval)``.
+
+    Args:
+        shape: the shape (see :func:`random_normal`).
+        minval: the lower bound (a number or a broadcastable tensor).
+        maxval: the upper bound (likewise).
+        dtype: a float dtype; default floatx.
+        seed: an int making the draws reproducible, or ``None``.
+
+    Returns:
+        A tensor.
+    """
+    shape = check_shape_arg(shape, "random_uniform")
+    dtype = check_float_dtype(dtype, "random_uniform")
+    return _uniform(shape, minval, maxval, dtype, seed=_check_seed(seed, "random_uniform"))
+
+
+def random_bernoulli(
+    shape: Any, p: TensorLike = 0.0, dtype: Any = None, seed: int | None = None
+) -> TensorLike:
+    """Samples 0/1 values that are 1 with probability ``p``.
+
+    Args:
+        shape: the shape (see :func:`random_normal`).
+        p: the probability of a 1, in ``[0, 1]`` (a number or a broadcastable tensor).
+        dtype: the dtype of the result; default floatx.
+        seed: an int making the draws reproducible, or ``None``.
+
+    Returns:
+        A tensor of zeros and ones.
+
+    Raises:
+        ValueError: for a number ``p`` outside ``[0, 1]``.
+    """
+    return _bernoulli_checked(shape, p, dtype, seed, "random_bernoulli")
+
+
+def random_binomial(
+    shape: Any, p: TensorLike = 0.0, dtype: Any = None, seed: int | None = None
+) -> TensorLike:
+    """Samples 0/1 values that are 1 with probability ``p`` (a binomial with ``n = 1``; the
+    older name of :func:`random_bernoulli`).
+
+    Args:
+        shape: the shape (see :func:`random_normal`).
+        p: the probability of a 1, in ``[0, 1]``.
+        dtype: the dtype of the result; default floatx.
+        seed: an int making the draws reproducible, or ``None``.
+
+    Returns:
+        A tensor of zeros and ones.
+    """
+    return _bernoulli_checked(shape, p, dtype, seed, "random_binomial")
+
+
+def random_uniform_variable(
+    shape: Any,
+    low: float,
+    high: float,
+    dtype: Any = None,
+    name: str | None = None,
+    seed: int | None = None,
+) -> state.Variable:
+    """Creates a variable holding samples from a uniform distribution on ``[low, high)``.
+
+    Args:
+        shape: a tuple of ints.
+        low: the lower bound.
+        high: the upper bound.
+        dtype: a float dtype; default floatx.
+        name: the variable's name.
+        seed: an int making the draws reproducible, or ``None``.
+
+    Returns:
+        A :class:`Variable`.
+    """
+    shape = _check_variable_shape(shape, "random_uniform_variable")
+    value = random_uniform(shape, low, high, dtype, seed)
+    return state.variable(value, check_dtype(dtype), name)
+
+
+def random_normal_variable(
+    shape: Any,
+    mean: float,
+    scale: float,
+    dtype: Any = None,
+    name: str | None = None,
+    seed: int | None = None,
+) -> state.Variable:
+    """Creates a variable holding samples from a normal distribution.
+
+    Args:
+        shape: a tuple of ints.
+        mean: the mean.
+        scale: the standard deviation.
+        dtype: a float dtype; default floatx.
+        name: the variable's name.
+        seed: an int making the draws reproducible, or ``None``.
+
+    Returns:
+        A :class:`Variable`.
+    """
+    shape = _check_variable_shape(shape, "random_normal_variable")
+    value = random_normal(shape, mean, scale, dtype, seed)
+    return state.variable(value, check_dtype(dtype), name)

@@ -1,0 +1,353 @@
+"""Reductions and scans along axes: sum, mean, std, logsumexp, arg-max, cumulative sums, ..."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxkeras.config import floatx
+from jaxkeras.graph import dtype_of, op
+from jaxkeras.ops_common import (
+    Axes,
+    TensorLike,
+    check_int,
+    normalize_axes,
+    normalize_axis,
+)
+from jaxkeras.ops_math import cast
+from jaxkeras.tensors import int_shape, ndim
+
+__all__ = [
+    "all",
+    "any",
+    "argmax",
+    "argmin",
+    "cumprod",
+    "cumsum",
+    "in_top_k",
+    "l2_normalize",
+    "logsumexp",
+    "max",
+    "mean",
+    "min",
+    "prod",
+    "std",
+    "sum",
+    "var",
+]
+
+_L2_EPSILON = 1e-12
+
+
+def _reduction(reducer: Callable, name: str) -> Callable:
+    """Makes an op ``(x, axes, keepdims) -> reducer(x, axis=axes, keepdims=keepdims)``."""
+
+    def body(x: Any, axis: tuple | None, keepdims: bool) -> Any:
+        return reducer(x, axis=axis, keepdims=keepdims)
+
+    return op(body, name=name)
+
+
+def _logical(reducer: Callable) -> Callable:
+    return lambda x, axis, keepdims: reducer(jnp.asarray(x).astype(bool), axis, keepdims=keepdims)
+
+
+_sum = _reduction(jnp.sum, "sum")
+_prod = _reduction(jnp.prod, "prod")
+_mean = _reduction(jnp.mean, "mean")
+_max = _reduction(jnp.max, "max")
+_min = _reduction(jnp.min, "min")
+_var = _reduction(jnp.var, "var")
+_std = _reduction(jnp.std, "std")
+_all = _reduction(_logical(jnp.all), "all")
+_any = _reduction(_logical(jnp.any), "any")
+_logsumexp = _reduction(jax.nn.logsumexp, "logsumexp")
+
+
+def _reduce(reduction: Callable, x: TensorLike, axis: Axes, keepdims: bool) -> TensorLike:
+    return reduction(x, normalize_axes(x, axis, reduction.op_name), bool(keepdims))
+
+
+def _as_float_if_bool(x: TensorLike) -> TensorLike:
+    return cast(x, floatx()) if dtype_of(x) == "bool" else x
+
+
+def sum(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Sum of the values of a tensor along axes.
+
+    Args:
+        x: a tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes; negative axes count from
+            the end.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A tensor.
+
+    Raises:
+        ValueError: naming the axis when it is out of range.
+    """
+    return _reduce(_sum, x, axis, keepdims)
+
+
+def prod(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Product of the values of a tensor along axes.
+
+    Args:
+        x: a tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A tensor.
+    """
+    return _reduce(_prod, x, axis, keepdims)
+
+
+def max(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Maximum of the values of a tensor along axes.
+
+    Args:
+        x: a tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A tensor.
+    """
+    return _reduce(_max, x, axis, keepdims)
+
+
+def min(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Minimum of the values of a tensor along axes.
+
+    Args:
+        x: a tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A tensor.
+    """
+    return _reduce(_min, x, axis, keepdims)
+
+
+def mean(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Mean of the values of a tensor along axes (booleans count as 0/1 floats).
+
+    Args:
+        x: a tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A float tensor.
+    """
+    return _reduce(_mean, _as_float_if_bool(x), axis, keepdims)
+
+
+def var(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Variance (the biased estimator, dividing by N) along axes.
+
+    Args:
+        x: a tensor or variable (booleans count as 0/1 floats).
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A float tensor.
+    """
+    return _reduce(_var, _as_float_if_bool(x), axis, keepdims)
+
+
+def std(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Standard deviation (the square root of the biased variance) along axes.
+
+    Args:
+        x: a tensor or variable (booleans count as 0/1 floats).
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A float tensor.
+    """
+    return _reduce(_std, _as_float_if_bool(x), axis, keepdims)
+
+
+def all(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Logical AND of the values (non-zero counts as True) along axes.
+
+    Args:
+        x: a tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A bool tensor.
+    """
+    return _reduce(_all, x, axis, keepdims)
+
+
+def any(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """Logical OR of the values (non-zero counts as True) along axes.
+
+    Args:
+        x: a tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A bool tensor.
+    """
+    return _reduce(_any, x, axis, keepdims)
+
+
+def logsumexp(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
+    """``log(sum(exp(x)))`` along axes, computed stably.
+
+    The maximum is subtracted before exponentiating, so large inputs do not overflow, and
+    slices that are all ``-inf`` give ``-inf`` (not NaN).
+
+    Args:
+        x: a float tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        A tensor.
+    """
+    return _reduce(_logsumexp, x, axis, keepdims)
+
+
+@op(name="argmax")
+def _argmax(x: Any, axis: int) -> Any:
+    return jnp.argmax(x, axis=axis)
+
+
+@op(name="argmin")
+def _argmin(x: Any, axis: int) -> Any:
+    return jnp.argmin(x, axis=axis)
+
+
+def argmax(x: TensorLike, axis: int = -1) -> TensorLike:
+    """Index of the maximum along an axis (the first one on ties).
+
+    Args:
+        x: a tensor or variable.
+        axis: the axis to reduce.
+
+    Returns:
+        An integer tensor.
+    """
+    return _argmax(x, normalize_axis(x, axis, "argmax"))
+
+
+def argmin(x: TensorLike, axis: int = -1) -> TensorLike:
+    """Index of the minimum along an axis (the first one on ties).
+
+    Args:
+        x: a tensor or variable.
+        axis: the axis to reduce.
+
+    Returns:
+        An integer tensor.
+    """
+    return _argmin(x, normalize_axis(x, axis, "argmin"))
+
+
+@op(name="cumsum")
+def _cumsum(x: Any, axis: int) -> Any:
+    return jnp.cumsum(x, axis=axis)
+
+
+@op(name="cumprod")
+def _cumprod(x: Any, axis: int) -> Any:
+    return jnp.cumprod(x, axis=axis)
+
+
+def cumsum(x: TensorLike, axis: int = 0) -> TensorLike:
+    """Cumulative sum along an axis.
+
+    Args:
+        x: a tensor or variable.
+        axis: the axis.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return _cumsum(x, normalize_axis(x, axis, "cumsum"))
+
+
+def cumprod(x: TensorLike, axis: int = 0) -> TensorLike:
+    """Cumulative product along an axis.
+
+    Args:
+        x: a tensor or variable.
+        axis: the axis.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return _cumprod(x, normalize_axis(x, axis, "cumprod"))
+
+
+@op(name="l2_normalize")
+def _l2_normalize(x: Any, axis: tuple | None) -> Any:
+    squares = jnp.sum(jnp.square(x), axis=axis, keepdims=True)
+    return x * lax.rsqrt(jnp.maximum(squares, _L2_EPSILON))
+
+
+def l2_normalize(x: TensorLike, axis: Axes = None) -> TensorLike:
+    """Divides ``x`` by its L2 norm along axes: ``x / sqrt(max(sum(x**2), 1e-12))``.
+
+    The floor of ``1e-12`` on the squared norm keeps zero vectors at zero (no NaN).
+
+    Args:
+        x: a float tensor or variable.
+        axis: ``None`` (all axes), an axis, or a list/tuple of axes.
+
+    Returns:
+        A tensor of the shape of ``x``.
+    """
+    return _l2_normalize(x, normalize_axes(x, axis, "l2_normalize"))
+
+
+@op(name="in_top_k")
+def _in_top_k(predictions: Any, targets: Any, k: int) -> Any:
+    num_classes = predictions.shape[-1]
+    valid = (targets >= 0) & (targets < num_classes)
+    picked = jnp.clip(targets, 0, num_classes - 1).astype(jnp.int32)
+    target_scores = jnp.take_along_axis(predictions, picked[:, None], axis=-1)
+    higher = jnp.sum(predictions > target_scores, axis=-1)
+    finite = jnp.all(jnp.isfinite(predictions), axis=-1)
+    return valid & finite & (higher < k)
+
+
+def in_top_k(predictions: TensorLike, targets: TensorLike, k: int) -> TensorLike:
+    """Whether each target's prediction is among the ``k`` largest of its row.
+
+    As in TF, ties count in the target's favour: a target is in the top ``k`` when fewer than
+    ``k`` classes have a strictly larger prediction. Rows holding a non-finite prediction and
+    targets out of range give False.
+
+    Args:
+        predictions: a float tensor of shape ``(batch_size, classes)``.
+        targets: an integer tensor of shape ``(batch_size,)``.
+        k: the number of top predictions to consider.
+
+    Returns:
+        A bool tensor of shape ``(batch_size,)``.
+
+    Raises:
+        ValueError: for inputs of the wrong rank or a negative ``k``.
+    """
+    if ndim(predictions) != 2 or ndim(targets) != 1:
+        raise ValueError(
+            "in_top_k: expected predictions of rank 2 and targets of rank 1, got shapes "
+            f"{int_shape(predictions)} and {int_shape(targets)}"
+        )
+    return _in_top_k(predictions, targets, check_int(k, "in_top_k", "k"))

@@ -1,0 +1,471 @@
+"""Shape manipulation and indexing: reshape, permute, concatenate, tile, slice, gather, ..."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxkeras.config import floatx
+from jaxkeras.graph import op
+from jaxkeras.ops_common import (
+    Axes,
+    TensorLike,
+    check_int,
+    check_shape_arg,
+    concrete_dims,
+    is_symbolic,
+    normalize_axes,
+    normalize_axis,
+    static_shape_of,
+)
+from jaxkeras.tensors import int_shape, ndim
+
+__all__ = [
+    "batch_flatten",
+    "concatenate",
+    "expand_dims",
+    "flatten",
+    "gather",
+    "get_variable_shape",
+    "one_hot",
+    "permute_dimensions",
+    "repeat",
+    "repeat_elements",
+    "reshape",
+    "reverse",
+    "size",
+    "slice",
+    "squeeze",
+    "stack",
+    "tile",
+    "transpose",
+]
+
+
+def get_variable_shape(x: TensorLike) -> tuple:
+    """Returns the static shape of a variable (or tensor) as a tuple, like ``int_shape``.
+
+    Args:
+        x: a variable, tensor or array.
+
+    Returns:
+        A tuple of ints, ``None`` for unknown dimensions.
+    """
+    return int_shape(x)
+
+
+@op(name="reshape")
+def _reshape(x: Any, shape: Any) -> Any:
+    return jnp.reshape(x, concrete_dims(shape))
+
+
+def _check_reshape_size(x: TensorLike, shape: Any) -> None:
+    target = static_shape_of(shape)
+    if target is None or None in target or None in int_shape(x):
+        return
+    have = math.prod(int_shape(x))
+    known = math.prod(d for d in target if d != -1)
+    inferred = -1 in target and known > 0
+    if (have % known != 0) if inferred else (have != known):
+        raise ValueError(
+            f"reshape: cannot reshape a tensor of shape {int_shape(x)} ({have} elements) "
+            f"into shape {tuple(target)}"
+        )
+
+
+def reshape(x: TensorLike, shape: Any) -> TensorLike:
+    """Reshapes a tensor.
+
+    Args:
+        x: a tensor or variable.
+        shape: the new shape: a tuple of ints (one may be -1, inferred) and scalar tensors
+            known when the graph is traced, such as ``K.shape(x)[0]``; or a 1-D integer tensor.
+
+    Returns:
+        A tensor.
+
+    Raises:
+        ValueError: when the number of elements cannot match.
+    """
+    shape = check_shape_arg(shape, "reshape", allow_unknown=1)
+    _check_reshape_size(x, shape)
+    return _reshape(x, shape)
+
+
+@op(name="permute_dimensions")
+def _transpose(x: Any, pattern: tuple | None) -> Any:
+    return jnp.transpose(x, pattern)
+
+
+def permute_dimensions(x: TensorLike, pattern: Sequence[int]) -> TensorLike:
+    """Permutes the axes of a tensor: output axis ``i`` is input axis ``pattern[i]``.
+
+    Args:
+        x: a tensor or variable.
+        pattern: a permutation of the axes, e.g. ``(0, 2, 1)``.
+
+    Returns:
+        A tensor.
+
+    Raises:
+        ValueError: when ``pattern`` is not a permutation of ``range(ndim(x))``.
+    """
+    if not isinstance(pattern, Sequence) or len(pattern) != ndim(x):
+        raise ValueError(
+            f"permute_dimensions: pattern must list each of the {ndim(x)} axes of a tensor "
+            f"of shape {int_shape(x)} once, got {pattern!r}"
+        )
+    axes = normalize_axes(x, tuple(pattern), "permute_dimensions", "pattern")
+    return _transpose(x, axes)
+
+
+def transpose(x: TensorLike) -> TensorLike:
+    """Reverses the order of the axes (a matrix transpose for rank 2).
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A tensor.
+    """
+    return _transpose(x, None)
+
+
+@op(name="expand_dims")
+def _expand_dims(x: Any, axis: int) -> Any:
+    return jnp.expand_dims(x, axis)
+
+
+def expand_dims(x: TensorLike, axis: int = -1) -> TensorLike:
+    """Inserts an axis of size 1 at position ``axis``.
+
+    Args:
+        x: a tensor or variable.
+        axis: the position of the new axis in the result, in ``[-ndim-1, ndim]``.
+
+    Returns:
+        A tensor of rank ``ndim(x) + 1``.
+    """
+    return _expand_dims(x, normalize_axis(x, axis, "expand_dims", extra=1))
+
+
+@op(name="squeeze")
+def _squeeze(x: Any, axis: int) -> Any:
+    return jnp.squeeze(x, axis)
+
+
+def squeeze(x: TensorLike, axis: int) -> TensorLike:
+    """Removes an axis of size 1.
+
+    Args:
+        x: a tensor or variable.
+        axis: the axis to remove.
+
+    Returns:
+        A tensor of rank ``ndim(x) - 1``.
+
+    Raises:
+        ValueError: when the axis is out of range or its size is known and not 1.
+    """
+    axis = normalize_axis(x, axis, "squeeze")
+    if int_shape(x)[axis] not in (None, 1):
+        raise ValueError(
+            f"squeeze: axis {axis} of a tensor of shape {int_shape(x)} has size "
+            f"{int_shape(x)[axis]}, not 1"
+        )
+    return _squeeze(x, axis)
+
+
+def _check_list(tensors: Any, fn: str) -> list:
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ValueError(f"{fn}: expected a non-empty list of tensors, got {tensors!r}")
+    return list(tensors)
+
+
+def _check_alike(tensors: list, fn: str, free_axis: int | None = None) -> None:
+    """Checks the tensors have one rank and equal known sizes, except along ``free_axis``."""
+    shapes = [int_shape(t) for t in tensors]
+    for shape in shapes[1:]:
+        same_rank = len(shape) == len(shapes[0])
+        if not same_rank or any(
+            a is not None and b is not None and a != b and i != free_axis
+            for i, (a, b) in enumerate(zip(shapes[0], shape))
+        ):
+            raise ValueError(f"{fn}: incompatible shapes {shapes}")
+
+
+@op(name="concatenate")
+def _concatenate(tensors: list, axis: int) -> Any:
+    return jnp.concatenate(tensors, axis=axis)
+
+
+def concatenate(tensors: Sequence[TensorLike], axis: int = -1) -> TensorLike:
+    """Joins tensors along an existing axis.
+
+    Args:
+        tensors: a non-empty list of tensors of one rank, equal in size except along ``axis``.
+        axis: the axis to join along.
+
+    Returns:
+        A tensor.
+
+    Raises:
+        ValueError: for an out-of-range axis or incompatible shapes.
+    """
+    tensors = _check_list(tensors, "concatenate")
+    axis = normalize_axis(tensors[0], axis, "concatenate")
+    _check_alike(tensors, "concatenate", free_axis=axis)
+    return _concatenate(tensors, axis)
+
+
+@op(name="stack")
+def _stack(tensors: list, axis: int) -> Any:
+    return jnp.stack(tensors, axis=axis)
+
+
+def stack(x: Sequence[TensorLike], axis: int = 0) -> TensorLike:
+    """Stacks tensors of one shape along a new axis.
+
+    Args:
+        x: a non-empty list of tensors of one shape.
+        axis: the position of the new axis in the result.
+
+    Returns:
+        A tensor of rank one more than the inputs'.
+
+    Raises:
+        ValueError: for an out-of-range axis or shapes that differ.
+    """
+    tensors = _check_list(x, "stack")
+    _check_alike(tensors, "stack")
+    return _stack(tensors, normalize_axis(tensors[0], axis, "stack", extra=1))
+
+
+@op(name="tile")
+def _tile(x: Any, n: Any) -> Any:
+    return jnp.tile(x, concrete_dims(n))
+
+
+def tile(x: TensorLike, n: Any) -> TensorLike:
+    """Repeats a whole tensor ``n[i]`` times along each axis ``i``.
+
+    Args:
+        x: a tensor or variable.
+        n: one count per axis of ``x``: ints or scalar tensors known when the graph is traced
+            (an int is accepted for a 1-D ``x``), or a 1-D integer tensor.
+
+    Returns:
+        A tensor.
+
+    Raises:
+        ValueError: when ``n`` does not have one entry per axis.
+    """
+    n = check_shape_arg(n, "tile", "n")
+    length = int_shape(n)[0] if is_symbolic(n) else len(n)
+    if length != ndim(x):
+        raise ValueError(
+            f"tile: n must have one entry per axis of x (shape {int_shape(x)}), got {n!r}"
+        )
+    return _tile(x, n)
+
+
+@op(name="repeat")
+def _repeat(x: Any, n: int) -> Any:
+    return jnp.repeat(x[:, None, :], n, axis=1)
+
+
+def repeat(x: TensorLike, n: int) -> TensorLike:
+    """Repeats a 2-D tensor: ``(samples, dim)`` becomes ``(samples, n, dim)``.
+
+    Args:
+        x: a tensor of rank 2.
+        n: the number of repetitions.
+
+    Returns:
+        A tensor of rank 3.
+
+    Raises:
+        ValueError: when ``x`` is not 2-D or ``n`` is not a non-negative int.
+    """
+    if ndim(x) != 2:
+        raise ValueError(f"repeat: x must have rank 2, got shape {int_shape(x)}")
+    return _repeat(x, check_int(n, "repeat", "n"))
+
+
+@op(name="repeat_elements")
+def _repeat_elements(x: Any, rep: int, axis: int) -> Any:
+    return jnp.repeat(x, rep, axis=axis)
+
+
+def repeat_elements(x: TensorLike, rep: int, axis: int) -> TensorLike:
+    """Repeats each element ``rep`` times along an axis, like ``numpy.repeat``.
+
+    Args:
+        x: a tensor or variable; shape ``(s1, s2, s3)`` with ``axis=1`` gives
+            ``(s1, s2 * rep, s3)``.
+        rep: the number of repetitions.
+        axis: the axis.
+
+    Returns:
+        A tensor.
+    """
+    rep = check_int(rep, "repeat_elements", "rep")
+    return _repeat_elements(x, rep, normalize_axis(x, axis, "repeat_elements"))
+
+
+@op
+def flatten(x: TensorLike) -> TensorLike:
+    """Flattens a tensor to 1-D.
+
+    Args:
+        x: a tensor or variable.
+
+    Returns:
+        A 1-D tensor.
+    """
+    return jnp.reshape(x, (-1,))
+
+
+@op(name="batch_flatten")
+def _batch_flatten(x: Any) -> Any:
+    return jnp.reshape(x, (x.shape[0], math.prod(x.shape[1:])))
+
+
+def batch_flatten(x: TensorLike) -> TensorLike:
+    """Flattens each sample: shape ``(batch, d1, d2, ...)`` becomes ``(batch, d1 * d2 * ...)``.
+
+    Args:
+        x: a tensor or variable of rank >= 1.
+
+    Returns:
+        A 2-D tensor.
+    """
+    if ndim(x) < 1:
+        raise ValueError(f"batch_flatten: x must have rank >= 1, got shape {int_shape(x)}")
+    return _batch_flatten(x)
+
+
+@op(name="reverse")
+def _reverse(x: Any, axes: tuple | None) -> Any:
+    return jnp.flip(x, axes)
+
+
+def reverse(x: TensorLike, axes: Axes) -> TensorLike:
+    """Reverses a tensor along axes.
+
+    Args:
+        x: a tensor or variable.
+        axes: an axis or a list of axes (``None``: all axes).
+
+    Returns:
+        A tensor.
+    """
+    return _reverse(x, normalize_axes(x, axes, "reverse", "axes"))
+
+
+@op(name="slice")
+def _slice(x: Any, start: Any, size: Any) -> Any:
+    begin = concrete_dims(start)
+    lengths = [d - b if n == -1 else n for d, b, n in zip(x.shape, begin, concrete_dims(size))]
+    return lax.slice(x, begin, [b + n for b, n in zip(begin, lengths)])
+
+
+def _check_slice(x: TensorLike, start: Any, size: Any) -> None:
+    for arg, value in (("start", start), ("size", size)):
+        length = int_shape(value)[0] if is_symbolic(value) else len(value)
+        if length != ndim(x):
+            raise ValueError(
+                f"slice: {arg} must have one entry per axis of x (shape {int_shape(x)}), "
+                f"got {value!r}"
+            )
+    begin, lengths = static_shape_of(start), static_shape_of(size)
+    if begin is None or lengths is None:
+        return
+    for dim, b, n in zip(int_shape(x), begin, lengths):
+        if None not in (dim, b, n) and b + max(n, 0) > dim:
+            raise ValueError(
+                f"slice: start={start!r} with size={size!r} goes past the end of a tensor of "
+                f"shape {int_shape(x)}"
+            )
+
+
+def slice(x: TensorLike, start: Any, size: Any) -> TensorLike:
+    """Extracts a block, like ``tf.slice``: ``size[i]`` elements from ``start[i]`` on axis ``i``.
+
+    Args:
+        x: a tensor or variable.
+        start: one start index per axis: ints or scalar tensors known when the graph is
+            traced (e.g. derived from ``K.shape``).
+        size: one length per axis, likewise; -1 takes everything to the end of the axis.
+
+    Returns:
+        A tensor of shape ``size`` (with -1 entries resolved).
+
+    Raises:
+        ValueError: for entries that do not match the rank or go past the end.
+    """
+    start = check_shape_arg(start, "slice", "start")
+    size = check_shape_arg(size, "slice", "size", allow_unknown=ndim(x))
+    _check_slice(x, start, size)
+    return _slice(x, start, size)
+
+
+@op(name="gather")
+def _gather(reference: Any, indices: Any) -> Any:
+    return jnp.take(reference, jnp.asarray(indices), axis=0)
+
+
+def gather(reference: TensorLike, indices: TensorLike) -> TensorLike:
+    """Picks slices of ``reference`` along axis 0: ``reference[indices]``.
+
+    Args:
+        reference: a tensor or variable of rank >= 1.
+        indices: an integer tensor, array or list (any shape) of indices into axis 0.
+
+    Returns:
+        A tensor of shape ``indices.shape + reference.shape[1:]``.
+    """
+    if ndim(reference) < 1:
+        raise ValueError(f"gather: reference must have rank >= 1, got {reference!r}")
+    return _gather(reference, indices)
+
+
+@op(name="one_hot")
+def _one_hot(indices: Any, num_classes: int, dtype: str) -> Any:
+    return jax.nn.one_hot(indices, num_classes, dtype=dtype)
+
+
+def one_hot(indices: TensorLike, num_classes: int) -> TensorLike:
+    """One-hot encodes integer indices; indices out of ``[0, num_classes)`` give all zeros.
+
+    Args:
+        indices: an integer tensor of shape ``(batch_size, d1, ..., dn)``.
+        num_classes: the number of classes.
+
+    Returns:
+        A floatx tensor of shape ``(batch_size, d1, ..., dn, num_classes)``.
+    """
+    return _one_hot(indices, check_int(num_classes, "one_hot", "num_classes"), floatx())
+
+
+@op(name="size")
+def _size(x: Any) -> Any:
+    return jnp.asarray(jnp.size(x), dtype=jnp.int32)
+
+
+def size(x: TensorLike, name: str | None = None) -> TensorLike:
+    """The number of elements of a tensor, as a scalar int32 tensor.
+
+    Args:
+        x: a tensor or variable.
+        name: ignored (kept for Keras code).
+
+    Returns:
+        A scalar int32 tensor (computed when the graph runs for unknown dimensions).
+    """
+    return _size(x)

@@ -1,0 +1,156 @@
+"""Random ops (jaxkeras/ops_random.py): distribution statistics over 1e5 samples, fresh draws
+per compiled call, one value per node within a call, seeds reproducing across processes."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.stats
+
+import jaxkeras as K
+
+N = 100_000
+
+
+def _draw(make, n=N):
+    """Draws through a compiled function, with the shape taken from a fed placeholder."""
+    x = K.placeholder((None,))
+    f = K.function([x], [make(K.shape(x))])
+    return f([np.zeros(n, np.float32)])[0]
+
+
+def test_random_normal_statistics():
+    values = _draw(lambda shape: K.random_normal(shape, mean=2.0, stddev=3.0))
+    assert values.shape == (N,) and values.dtype == np.float32
+    assert abs(values.mean() - 2.0) < 0.05  # about 5 standard errors
+    assert abs(values.std() - 3.0) < 0.04
+    assert scipy.stats.kstest((values - 2.0) / 3.0, "norm").pvalue > 1e-4
+
+
+def test_random_uniform_statistics():
+    values = _draw(lambda shape: K.random_uniform(shape, minval=-1.0, maxval=3.0))
+    assert values.min() >= -1.0 and values.max() < 3.0
+    assert abs(values.mean() - 1.0) < 0.02
+    assert abs(values.var() - 16 / 12) < 0.03
+    assert scipy.stats.kstest(values, "uniform", args=(-1.0, 4.0)).pvalue > 1e-4
+
+
+def test_truncated_normal_stays_within_two_standard_deviations():
+    values = _draw(lambda shape: K.truncated_normal(shape, mean=1.0, stddev=2.0))
+    assert values.min() >= 1.0 - 4.0 and values.max() <= 1.0 + 4.0
+    expected = scipy.stats.truncnorm(-2, 2, loc=1.0, scale=2.0)
+    assert abs(values.mean() - 1.0) < 0.03
+    assert abs(values.std() - expected.std()) < 0.03
+
+
+@pytest.mark.parametrize("fn", [K.random_bernoulli, K.random_binomial])
+def test_bernoulli_values_are_zero_or_one(fn):
+    values = _draw(lambda shape: fn(shape, p=0.3))
+    assert set(np.unique(values).tolist()) == {0.0, 1.0}
+    assert abs(values.mean() - 0.3) < 0.01
+
+
+@pytest.mark.parametrize("p, expected", [(0.0, 0.0), (1.0, 1.0)])
+def test_bernoulli_extreme_probabilities(p, expected):
+    assert np.all(np.asarray(K.random_bernoulli((1000,), p=p)) == expected)
+
+
+def test_bernoulli_dtype():
+    out = K.random_bernoulli(K.shape(K.placeholder((None, 2))), p=0.5, dtype="int32")
+    assert K.dtype(out) == "int32" and K.int_shape(out) == (None, 2)
+
+
+def test_fresh_draws_per_call_and_one_value_per_node_within_a_call():
+    x = K.placeholder((None, 4))
+    r = K.random_uniform(K.shape(x))
+    f = K.function([x], [r, r * 1, K.random_uniform(K.shape(x))])
+    first, same, other = f([np.zeros((3, 4))])
+    second = f([np.zeros((3, 4))])[0]
+    np.testing.assert_array_equal(first, same)  # one node, one draw per call
+    assert not np.array_equal(first, other)  # two nodes draw independently
+    assert not np.array_equal(first, second)  # every call draws afresh
+
+
+def test_symbolic_shape_entries():
+    x = K.placeholder((None, 3))
+    r = K.random_normal((K.shape(x)[0], 5), dtype="float16")
+    assert K.int_shape(r) == (None, 5) and K.dtype(r) == "float16"
+    assert K.function([x], [r])([np.zeros((2, 3))])[0].shape == (2, 5)
+
+
+def test_tensor_mean_and_bounds():
+    mean = K.placeholder((2,))
+    r = K.random_normal((1000, 2), mean=mean, stddev=0.01)
+    values = K.function([mean], [r])([np.array([-5.0, 5.0])])[0]
+    np.testing.assert_allclose(values.mean(axis=0), [-5.0, 5.0], atol=0.01)
+
+
+def test_concrete_arguments_draw_at_once():
+    values = K.random_normal((N,))
+    assert isinstance(values, K.Tensor) is False and np.asarray(values).shape == (N,)
+    assert abs(np.asarray(values).mean()) < 0.02 and abs(np.asarray(values).std() - 1) < 0.02
+
+
+_SEEDED_PROGRAM = """
+import numpy as np, jaxkeras as K
+x = K.placeholder((None,))
+f = K.function([x], [K.random_normal(K.shape(x), seed=123), K.random_uniform((4,), seed=7)])
+for _ in range(2):
+    normal, uniform = f([np.zeros(3)])
+    print(np.round(normal, 6).tolist(), np.round(uniform, 6).tolist())
+"""
+
+
+def test_fixed_seed_reproduces_across_processes():
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SEEDED_PROGRAM],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    (out_1, err_1), (out_2, _) = [p.communicate(timeout=120) for p in processes]
+    assert processes[0].returncode == 0, err_1
+    assert out_1 == out_2
+    call_1, call_2 = out_1.splitlines()
+    assert call_1.split("] [")[0] != call_2.split("] [")[0]  # fresh per call all the same
+
+
+def test_random_variables():
+    v = K.random_normal_variable((300, 100), mean=1.0, scale=2.0, name="w")
+    assert K.is_variable(v) and v.shape == (300, 100) and v.dtype == K.floatx()
+    assert v.name.startswith("w")
+    value = K.get_value(v)
+    assert abs(value.mean() - 1.0) < 0.04 and abs(value.std() - 2.0) < 0.04
+    u = K.random_uniform_variable((300, 100), low=2.0, high=4.0, dtype="float16")
+    assert K.is_variable(u) and u.dtype == "float16"
+    value = K.get_value(u).astype(np.float64)
+    assert value.min() >= 2.0 and value.max() <= 4.0 and abs(value.mean() - 3.0) < 0.02
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (
+            lambda: K.random_normal((2, 3), dtype="int32"),
+            ValueError,
+            "random_normal: dtype must be a floating-point type, got 'int32'",
+        ),
+        (lambda: K.random_uniform((2,), dtype="floaty"), TypeError, "unknown dtype 'floaty'"),
+        (lambda: K.random_bernoulli((2,), p=1.5), ValueError, r"p must be in \[0, 1\], got 1.5"),
+        (lambda: K.truncated_normal((2,), seed="abc"), ValueError, "seed must be an int"),
+        (lambda: K.random_normal((2, -3)), ValueError, r"shape must hold ints >= 0 .*\(2, -3\)"),
+        (lambda: K.random_normal("big"), ValueError, "shape must be a tuple of ints, got 'big'"),
+        (
+            lambda: K.random_normal_variable(K.shape(K.placeholder((None,))), 0, 1),
+            ValueError,
+            "a variable's shape must hold ints",
+        ),
+    ],
+)
+def test_argument_errors(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

@@ -1,0 +1,213 @@
+"""Reductions and scans (jaxkeras/ops_reduce.py): property tests over shapes, axes, keepdims and
+dtypes against NumPy; logsumexp stability; in_top_k ties; gradients."""
+
+import numpy as np
+import pytest
+import scipy.special
+from helpers import check_grad, check_op
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import jaxkeras as K
+
+RNG = np.random.default_rng(1)
+X = RNG.normal(size=(2, 3, 4)).astype(np.float32)
+
+
+def _np_std(a, axis=None, keepdims=False):
+    return np.std(a.astype(np.float64), axis=axis, keepdims=keepdims)
+
+
+def _np_var(a, axis=None, keepdims=False):
+    return np.var(a.astype(np.float64), axis=axis, keepdims=keepdims)
+
+
+def _np_logsumexp(a, axis=None, keepdims=False):
+    return scipy.special.logsumexp(a.astype(np.float64), axis=axis, keepdims=keepdims)
+
+
+# name -> (K op, NumPy reference, dtypes it is checked on)
+REDUCTIONS = {
+    "sum": (K.sum, np.sum, ("float32", "int32", "bool")),
+    "prod": (K.prod, np.prod, ("float32", "int32")),
+    "mean": (K.mean, np.mean, ("float32", "int32", "bool")),
+    "max": (K.max, np.max, ("float32", "int32", "bool")),
+    "min": (K.min, np.min, ("float32", "int32", "bool")),
+    "std": (K.std, _np_std, ("float32", "bool")),
+    "var": (K.var, _np_var, ("float32", "bool")),
+    "logsumexp": (K.logsumexp, _np_logsumexp, ("float32",)),
+    "all": (K.all, np.all, ("float32", "int32", "bool")),
+    "any": (K.any, np.any, ("float32", "int32", "bool")),
+}
+
+
+@st.composite
+def arrays_and_axes(draw):
+    """An array (float32 quarter-integers, small int32 or bool) with reduction axes."""
+    dtype = draw(st.sampled_from(["float32", "int32", "bool"]))
+    shape = draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=3))
+    elements = {
+        "float32": st.integers(-8, 8).map(lambda v: v / 4),
+        "int32": st.integers(-3, 3),
+        "bool": st.booleans(),
+    }[dtype]
+    x = draw(hnp.arrays(dtype, shape, elements=elements))
+    rank = len(shape)
+    some_axes = st.lists(
+        st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique_by=lambda a: a % rank
+    )
+    axis = draw(st.one_of(st.none(), st.integers(-rank, rank - 1), some_axes.map(tuple)))
+    return x, axis, draw(st.booleans())
+
+
+# each example checks every op of the family in one compiled function (~0.5 s)
+@settings(max_examples=15)
+@given(arrays_and_axes())
+def test_reductions_match_numpy(case):
+    x, axis, keepdims = case
+    names = [n for n, (_, _, dtypes) in REDUCTIONS.items() if x.dtype.name in dtypes]
+    check_op(
+        lambda a: [REDUCTIONS[n][0](a, axis=axis, keepdims=keepdims) for n in names],
+        lambda a: [REDUCTIONS[n][1](a, axis=axis, keepdims=keepdims) for n in names],
+        [x],
+    )
+
+
+@pytest.mark.parametrize("name", ["all", "any"])
+def test_all_any_return_bool(name):
+    out = REDUCTIONS[name][0](K.placeholder((None, 3)), axis=1)
+    assert K.dtype(out) == "bool" and K.int_shape(out) == (None,)
+    assert np.asarray(REDUCTIONS[name][0](np.array([[0, 2]]), axis=1)).dtype == np.bool_
+
+
+@pytest.mark.parametrize("name", ["mean", "std", "var"])
+def test_mean_std_var_of_bool_are_floatx(name):
+    assert K.dtype(REDUCTIONS[name][0](K.placeholder((None, 3), dtype="bool"))) == "float32"
+
+
+def test_std_and_var_are_biased():
+    x = np.array([[1.0, 2.0, 3.0, 6.0]], np.float32)  # mean 3, squared deviations 4+1+0+9
+    np.testing.assert_allclose(K.eval(K.var(K.variable(x))), 14 / 4, rtol=1e-6)
+    np.testing.assert_allclose(K.eval(K.std(K.variable(x))), np.sqrt(14 / 4), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sum", "max", "mean", "all"])
+def test_reduction_axis_out_of_range(name):
+    with pytest.raises(ValueError, match="axis=3 is out of range"):
+        REDUCTIONS[name][0](K.placeholder((None, 3, 4)), axis=3)
+    with pytest.raises(ValueError, match="axis=-4 is out of range"):
+        REDUCTIONS[name][0](X, axis=(0, -4))
+
+
+def test_reduction_axis_named_twice():
+    with pytest.raises(ValueError, match=r"axis=\(1, -2\) names an axis twice"):
+        K.sum(X, axis=(1, -2))
+
+
+def test_reduction_axis_not_an_int():
+    with pytest.raises(ValueError, match="axis must be an int, got 'rows'"):
+        K.mean(X, axis="rows")
+
+
+@pytest.mark.parametrize(
+    "name, axis",
+    [
+        ("sum", (0, 2)),
+        ("prod", 1),
+        ("mean", None),
+        ("max", -1),
+        ("min", 0),
+        ("std", 1),
+        ("var", (0, 1)),
+        ("logsumexp", -1),
+    ],
+)
+def test_reduction_gradients(name, axis):
+    op, reference, _ = REDUCTIONS[name]
+    check_grad(lambda a: op(a, axis=axis), lambda a: reference(a, axis=axis), X)
+
+
+def test_logsumexp_is_stable_for_large_and_minus_inf_inputs():
+    x = np.array(
+        [[1000.0, 1000.0, -np.inf], [-np.inf, -np.inf, -np.inf], [-1000.0, -np.inf, -1000.0]],
+        np.float32,
+    )
+    expected = [1000 + np.log(2), -np.inf, -1000 + np.log(2)]
+    check_op(lambda a: K.logsumexp(a, axis=1), lambda a: np.array(expected), [x], rtol=1e-6)
+
+
+@pytest.mark.parametrize("fn, reference", [(K.argmax, np.argmax), (K.argmin, np.argmin)])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_argmax_argmin(fn, reference, axis):
+    x = np.array([[3.0, 1.0, 3.0], [0.0, 5.0, 0.0]], np.float32)  # ties: first index wins
+    check_op(lambda a: fn(a, axis), lambda a: reference(a, axis), [x])
+
+
+def test_argmax_default_axis_is_last():
+    assert K.int_shape(K.argmax(K.placeholder((None, 3, 4)))) == (None, 3)
+
+
+@pytest.mark.parametrize("fn, reference", [(K.cumsum, np.cumsum), (K.cumprod, np.cumprod)])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_cumulative(fn, reference, axis):
+    check_op(lambda a: fn(a, axis), lambda a: reference(a.astype(np.float64), axis), [X])
+    check_grad(lambda a: fn(a, axis), lambda a: reference(a, axis), X)
+
+
+def test_cumsum_default_axis_is_0():
+    np.testing.assert_allclose(K.cumsum(X), np.cumsum(X, axis=0), rtol=1e-6)
+
+
+def test_cumsum_axis_out_of_range():
+    with pytest.raises(ValueError, match="cumsum: axis=2 is out of range"):
+        K.cumsum(np.ones((2, 2)), axis=2)
+
+
+def _np_l2_normalize(a, axis):
+    squares = np.sum(np.square(a.astype(np.float64)), axis=axis, keepdims=True)
+    return a / np.sqrt(np.maximum(squares, 1e-12))
+
+
+@pytest.mark.parametrize("axis", [None, -1, (1, 2)])
+def test_l2_normalize(axis):
+    check_op(lambda a: K.l2_normalize(a, axis), lambda a: _np_l2_normalize(a, axis), [X])
+    check_grad(lambda a: K.l2_normalize(a, axis), lambda a: _np_l2_normalize(a, axis), X)
+
+
+def test_l2_normalize_keeps_zero_vectors_at_zero():
+    x = np.array([[0.0, 0.0], [3.0, 4.0]], np.float32)
+    np.testing.assert_allclose(K.l2_normalize(x, axis=1), [[0.0, 0.0], [0.6, 0.8]], rtol=1e-6)
+
+
+def _np_in_top_k(predictions, targets, k):
+    """Hand-written TF rule: fewer than k strictly larger scores, finite row, valid target."""
+    result = []
+    for row, t in zip(predictions, targets):
+        valid = 0 <= t < len(row) and np.all(np.isfinite(row))
+        result.append(bool(valid and np.sum(row > row[t]) < k))
+    return np.array(result)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+def test_in_top_k_counts_ties_as_tf(k):
+    predictions = np.array(
+        [[0.1, 0.5, 0.5, 0.2], [0.3, 0.3, 0.3, 0.3], [0.9, 0.1, 0.4, 0.4], [1.0, np.nan, 0, 0]],
+        np.float32,
+    )
+    targets = np.array([2, 3, 3, 0], np.int32)
+    check_op(
+        lambda p, t: K.in_top_k(p, t, k), lambda p, t: _np_in_top_k(p, t, k), [predictions, targets]
+    )
+
+
+def test_in_top_k_tie_at_the_boundary_counts():
+    # target 3 ties with the 2nd largest value: in the top 2
+    out = K.in_top_k(np.array([[0.9, 0.1, 0.5, 0.5]], np.float32), np.array([3]), 2)
+    assert np.asarray(out).tolist() == [True]
+    assert np.asarray(out).dtype == np.bool_
+
+
+def test_in_top_k_checks_ranks():
+    with pytest.raises(ValueError, match=r"in_top_k: .*shapes \(None, 3\) and \(None, 1\)"):
+        K.in_top_k(K.placeholder((None, 3)), K.placeholder((None, 1), dtype="int32"), 1)
