@@ -92,6 +92,7 @@ def pop_substitutions() -> None:
 
 
 _thread = _ThreadState()
+_TOP_LEVEL_TRACE = get_opaque_trace_state()
 
 # Filled in by jaxkeras.state at import: where keys and the default learning phase come from
 # when no context says otherwise.
@@ -593,7 +594,9 @@ def _call(fn, treedef, values, salt, ctx: Context | None) -> Any:
 # ---------------------------------------------------------------------------------------------
 # shape inference
 
-_SENTINELS = (100_003, 100_019)
+# Sizes for unknown dimensions when symbolic shapes fail: highly composite, so that reshapes
+# which split an unknown dimension still divide; dimensions that differ between them are unknown.
+_SENTINELS = (2520, 27720)
 _shape_cache: OrderedDict = OrderedDict()
 _SHAPE_CACHE_SIZE = 4096
 
@@ -775,13 +778,23 @@ def record(
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_symbolic)
     for mapping in reversed(_thread.substitutions):
         leaves = [mapping.get(leaf, leaf) if _is_symbolic(leaf) else leaf for leaf in leaves]
+    ctx = active_context()
     if any(_is_symbolic(leaf) for leaf in leaves):
         scope = active_scope()
         resolved = _resolve_in_scope(leaves, scope) if scope is not None else None
         if resolved is None:
             return _record_node(fn, treedef, leaves, salt, name)
         leaves = resolved
-    return _call(fn, treedef, leaves, salt, active_context())
+    elif salt is not None and ctx is None:
+        # A random op outside any context is a graph node, as in Keras 2: it draws fresh
+        # numbers each time it runs (each K.eval, each call of a compiled function).
+        if get_opaque_trace_state() != _TOP_LEVEL_TRACE:
+            raise ValueError(
+                f"random op {name!r} called inside jax.jit/vmap/grad without a key: wrap the "
+                "code in `with K.state_scope(values, rng=key):` and pass a fresh key per call"
+            )
+        return _record_node(fn, treedef, leaves, salt, name)
+    return _call(fn, treedef, leaves, salt, ctx)
 
 
 def _record_node(fn, treedef, leaves, salt, name) -> Any:

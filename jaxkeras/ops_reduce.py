@@ -68,7 +68,12 @@ _any = _reduction(_logical(jnp.any), "any")
 _logsumexp = _reduction(jax.nn.logsumexp, "logsumexp")
 
 
+_pack = op(lambda values: jnp.asarray(values), name="pack")
+
+
 def _reduce(reduction: Callable, x: TensorLike, axis: Axes, keepdims: bool) -> TensorLike:
+    if isinstance(x, (list, tuple)):  # e.g. K.prod([K.shape(x)[0], K.shape(x)[1]])
+        x = _pack(list(x))
     return reduction(x, normalize_axes(x, axis, reduction.op_name), bool(keepdims))
 
 

@@ -64,7 +64,9 @@ def placeholder(
         raise ValueError(f"placeholder: ndim={ndim} disagrees with shape {shape}")
     dtype = standardize_dtype(dtype or config.floatx())
     label = state.scoped_name(name) if name else None
-    return Placeholder(shape, dtype, label, sparse=bool(sparse))
+    result = Placeholder(shape, dtype, label, sparse=bool(sparse))
+    result._keras_shape = shape  # Keras-2 layers read it, as the TF backend set it
+    return result
 
 
 @op

@@ -86,10 +86,12 @@ def test_tensor_mean_and_bounds():
     np.testing.assert_allclose(values.mean(axis=0), [-5.0, 5.0], atol=0.01)
 
 
-def test_concrete_arguments_draw_at_once():
-    values = K.random_normal((N,))
-    assert isinstance(values, K.Tensor) is False and np.asarray(values).shape == (N,)
-    assert abs(np.asarray(values).mean()) < 0.02 and abs(np.asarray(values).std() - 1) < 0.02
+def test_concrete_arguments_make_a_random_node():
+    node = K.random_normal((N,))
+    assert isinstance(node, K.Tensor) and K.int_shape(node) == (N,)
+    values = K.eval(node)
+    assert abs(values.mean()) < 0.02 and abs(values.std() - 1) < 0.02
+    assert not np.array_equal(values, K.eval(node))  # each evaluation draws anew
 
 
 _SEEDED_PROGRAM = """

@@ -211,3 +211,12 @@ def test_in_top_k_tie_at_the_boundary_counts():
 def test_in_top_k_checks_ranks():
     with pytest.raises(ValueError, match=r"in_top_k: .*shapes \(None, 3\) and \(None, 1\)"):
         K.in_top_k(K.placeholder((None, 3)), K.placeholder((None, 1), dtype="int32"), 1)
+
+
+def test_reductions_accept_lists_of_scalar_tensors():
+    x = K.placeholder((None, 3, 4))
+    n = K.prod([K.shape(x)[i] for i in (0, 2)])
+    total = K.sum([K.shape(x)[1], 2])
+    f = K.function([x], [n, total])
+    got = f([np.zeros((5, 3, 4))])
+    assert int(got[0]) == 20 and int(got[1]) == 5
