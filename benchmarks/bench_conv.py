@@ -1,0 +1,227 @@
+"""Convolution and pooling lowerings on this machine, and the convnet training step they serve.
+
+Four tables, every time the median (and the minimum) of jit-compiled calls ending in
+``block_until_ready``, warm-up excluded; the variants of a row run alternately, so that load
+from other processes falls on all of them alike:
+
+1. ``K.conv2d`` forward and forward+backward (the VJP to input and kernel) per lowering:
+   ``lax`` (``lax.conv_general_dilated``), ``im2col`` (jaxkeras': patches by strided slicing,
+   one matmul) and ``patches`` (patches by ``lax.conv_general_dilated_patches``, one matmul;
+   written here for comparison), on the layers of a small MNIST convnet, B=128: 28x28x1 -> 32
+   and 14x14x32 -> 64, 3x3 kernels, 'same' and 'valid'.
+2. The same for ``K.conv1d`` and ``K.conv3d`` (``lax`` against ``im2col``).
+3. ``K.pool2d`` 2x2/2 max pooling forward and forward+backward per lowering: ``lax``
+   (``lax.reduce_window``, whose gradient is XLA's select-and-scatter) and ``reshape``.
+4. One SGD step of that convnet (conv32-relu-maxpool-conv64-relu-maxpool-dense10, softmax
+   crossentropy) per combination of lowerings, and with ``'auto'`` (what jaxkeras picks here).
+
+Ratios are ``lax`` time over the column's time (above 1: faster than ``lax``). These results
+set ``conv.conv_lowering`` and ``pool.pool_lowering``.
+
+Run: ``python benchmarks/bench_conv.py [--repeats N]`` (about two minutes with the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import jaxkeras as K
+from jaxkeras import conv, pool
+
+BATCH = 128
+LAYERS = [(28, 1, 32), (14, 32, 64)]  # (size, in_channels, out_channels), 3x3 kernels
+PADDINGS = ("same", "valid")
+
+
+def patches_conv(x, kernel, p):
+    """im2col with ``lax.conv_general_dilated_patches`` (features ordered channel-major)."""
+    kh, kw, c, f = kernel.shape
+    cols = lax.conv_general_dilated_patches(
+        x, (kh, kw), (1, 1), p.upper(), dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
+    return cols @ jnp.transpose(kernel, (2, 0, 1, 3)).reshape(c * kh * kw, f)
+
+
+CONVS: dict[str, Callable] = {
+    "lax": lambda x, k, p: K.conv2d(x, k, padding=p, lowering="lax"),
+    "im2col": lambda x, k, p: K.conv2d(x, k, padding=p, lowering="im2col"),
+    "patches": patches_conv,
+}
+
+
+def forward_backward(fn: Callable) -> Callable:
+    """``(*args, cotangent) -> gradients`` of ``fn``, jit-compiled (forward pass included)."""
+    return jax.jit(lambda *args: jax.vjp(fn, *args[:-1])[1](args[-1]))
+
+
+def time_alternately(fns: dict[str, Callable], args: tuple, repeats: int) -> dict:
+    """Median and minimum seconds per call of each function, calls interleaved."""
+    for fn in fns.values():  # compile and warm up
+        jax.block_until_ready(fn(*args))
+        jax.block_until_ready(fn(*args))
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start = time.perf_counter()
+            jax.block_until_ready(fns[name](*args))
+            times[name].append(time.perf_counter() - start)
+    return {name: (float(np.median(t)), float(np.min(t))) for name, t in times.items()}
+
+
+def print_table(title: str, rows: list[tuple[str, dict]], baseline: str = "lax") -> None:
+    names = list(rows[0][1])
+    print(f"\n{title}\n")
+    header = f"| {'case':<40} | " + " | ".join(f"{n + ' ms':>16}" for n in names)
+    header += " | " + " | ".join(f"{'lax/' + n:>12}" for n in names if n != baseline) + " |"
+    print(header)
+    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
+    for case, result in rows:
+        cells = [f"{1e3 * med:7.2f} ({1e3 * low:6.2f})" for med, low in result.values()]
+        ratios = [f"{result[baseline][0] / result[n][0]:12.2f}" for n in names if n != baseline]
+        print(
+            f"| {case:<40} | "
+            + " | ".join(f"{c:>16}" for c in cells)
+            + " | "
+            + " | ".join(ratios)
+            + " |"
+        )
+
+
+def compare(
+    label: str, fns: dict[str, Callable], args: tuple, repeats: int, rng: np.random.Generator
+) -> list:
+    """Rows ``label fwd`` and ``label fwd+bwd`` for functions that must agree on ``args``."""
+    ref = np.asarray(next(iter(fns.values()))(*args))
+    for fn in fns.values():
+        np.testing.assert_allclose(np.asarray(fn(*args)), ref, rtol=1e-3, atol=1e-3)
+    ct = jnp.asarray(rng.standard_normal(ref.shape), jnp.float32)
+    forward = {n: jax.jit(fn) for n, fn in fns.items()}
+    both = {n: forward_backward(fn) for n, fn in fns.items()}
+    return [
+        (f"{label} fwd", time_alternately(forward, args, repeats)),
+        (f"{label} fwd+bwd", time_alternately(both, (*args, ct), repeats)),
+    ]
+
+
+def normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> jax.Array:
+    return jnp.asarray(rng.standard_normal(shape) * scale, jnp.float32)
+
+
+def conv2d_rows(repeats: int, rng: np.random.Generator) -> list:
+    rows = []
+    for size, c_in, c_out in LAYERS:
+        args = (normal(rng, BATCH, size, size, c_in), normal(rng, 3, 3, c_in, c_out, scale=0.1))
+        for padding in PADDINGS:
+            fns = {n: functools.partial(c, p=padding) for n, c in CONVS.items()}
+            rows += compare(f"{size}x{size}x{c_in}->{c_out} {padding}", fns, args, repeats, rng)
+    return rows
+
+
+def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
+    """conv1d and conv3d: is im2col worth it there?"""
+    cases = [
+        ("conv1d 128x100x32->64 k3", K.conv1d, (BATCH, 100, 32), (3, 32, 64)),
+        ("conv3d 8x16x16x16x8->16 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 16)),
+    ]
+    rows = []
+    for label, op, x_shape, k_shape in cases:
+        args = (normal(rng, *x_shape), normal(rng, *k_shape, scale=0.1))
+        fns = {
+            low: functools.partial(op, padding="same", lowering=low) for low in ("lax", "im2col")
+        }
+        rows += compare(f"{label} same", fns, args, repeats, rng)
+    return rows
+
+
+def pool_rows(repeats: int, rng: np.random.Generator) -> list:
+    rows = []
+    for size, _, channels in LAYERS:
+        fns = {
+            low: functools.partial(K.pool2d, pool_size=2, strides=2, lowering=low)
+            for low in ("lax", "reshape")
+        }
+        args = (normal(rng, BATCH, size, size, channels),)
+        rows += compare(f"max 2x2/2 {size}x{size}x{channels}", fns, args, repeats, rng)
+    return rows
+
+
+def train_step(conv_lowering: str, pool_lowering: str, padding: str) -> Callable:
+    """One SGD step of the convnet, with K.conv2d and K.pool2d inside a jax.jit."""
+
+    def loss(params, x, y):
+        h = x
+        for i in (1, 2):
+            h = K.conv2d(h, params[f"k{i}"], padding=padding, lowering=conv_lowering)
+            h = K.pool2d(jax.nn.relu(h + params[f"b{i}"]), 2, 2, lowering=pool_lowering)
+        logits = h.reshape(h.shape[0], -1) @ params["w"] + params["b"]
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
+
+    @jax.jit
+    def step(params, x, y):
+        grads = jax.grad(loss)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+    return step
+
+
+def train_rows(repeats: int, rng: np.random.Generator) -> list:
+    x = jnp.asarray(rng.standard_normal((BATCH, 28, 28, 1)), jnp.float32)
+    y = jax.nn.one_hot(rng.integers(0, 10, BATCH), 10)
+    rows = []
+    for padding in PADDINGS:
+        side = 7 if padding == "same" else 5
+        params = {
+            "k1": rng.standard_normal((3, 3, 1, 32)) * 0.3,
+            "b1": np.zeros(32),
+            "k2": rng.standard_normal((3, 3, 32, 64)) * 0.1,
+            "b2": np.zeros(64),
+            "w": rng.standard_normal((side * side * 64, 10)) * 0.01,
+            "b": np.zeros(10),
+        }
+        params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+        combos = {
+            "lax": ("lax", "lax"),
+            "im2col": ("im2col", "lax"),
+            "reshape pool": ("lax", "reshape"),
+            "im2col+reshape": ("im2col", "reshape"),
+            "auto": ("auto", "auto"),
+        }
+        steps = {n: train_step(c, p, padding) for n, (c, p) in combos.items()}
+        ref = steps["lax"](params, x, y)
+        for step in steps.values():  # every combination computes the same update
+            for name, value in step(params, x, y).items():
+                np.testing.assert_allclose(value, ref[name], rtol=1e-3, atol=1e-5)
+        rows.append((f"train step {padding}", time_alternately(steps, (params, x, y), repeats)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15, help="timed calls per variant")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    platform = jax.default_backend()
+    convs = ", ".join(f"{n}-D {conv.conv_lowering(platform, n)}" for n in (1, 2, 3))
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({os.cpu_count()} cores); "
+        f"'auto' here: conv {convs}; pool {pool.pool_lowering(platform)}"
+    )
+    print("times: median (min) in ms")
+    print_table("conv2d, B=128, 3x3 kernel", conv2d_rows(args.repeats, rng))
+    print_table("conv1d and conv3d", other_rank_rows(args.repeats, rng))
+    print_table("pool2d", pool_rows(args.repeats, rng))
+    print_table("convnet SGD step, B=128 (conv / pool lowering)", train_rows(args.repeats, rng))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Locally connected (unshared-weight) convolutions: local_conv1d and local_conv2d.
+
+The patches of every output position are gathered by a static loop over the *window* (one
+strided slice per offset, never a loop over positions) and contracted with the per-position
+kernels in one batched matmul.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from jaxkeras.graph import op
+from jaxkeras.spatial import (
+    channel_axis,
+    check_equal,
+    common_dtype,
+    data_format_arg,
+    int_tuple,
+    shape_of,
+    spatial_axes,
+    window_slices,
+)
+
+__all__ = ["local_conv1d", "local_conv2d"]
+
+
+@op(name="local_conv")
+def _local_conv(inputs, kernel, kernel_size, strides, out_sizes, data_format):
+    inputs, kernel = common_dtype(inputs, kernel)
+    n = len(kernel_size)
+    axes = spatial_axes(n, data_format)
+    slices = window_slices(inputs, axes, kernel_size, strides, (1,) * n, out_sizes)
+    if data_format == "channels_last":
+        patches = jnp.stack(slices, axis=-2)  # (batch, *out, window, channels)
+    else:  # TensorFlow orders the features (channel, window) here
+        patches = jnp.moveaxis(jnp.stack(slices, axis=2), (1, 2), (-2, -1))
+    positions = math.prod(out_sizes)
+    patches = patches.reshape(patches.shape[0], positions, kernel.shape[1])
+    y = jnp.einsum("bpf,pfo->bpo", patches, kernel)
+    y = y.reshape(y.shape[0], *out_sizes, kernel.shape[2])
+    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
+
+
+def _local(fn: str, n: int, inputs, kernel, kernel_size, strides, output_shape, data_format):
+    data_format = data_format_arg(data_format, fn)
+    kernel_size = int_tuple(kernel_size, n, "kernel_size", fn)
+    strides = int_tuple(strides, n, "strides", fn)
+    out_sizes = int_tuple(output_shape, n, "output_shape", fn)
+    layout = "(batch, spatial..., channels) or channels first"
+    shape = shape_of(inputs, n + 2, "inputs", fn, layout)
+    k_shape = shape_of(kernel, 3, "kernel", fn, "(output positions, window * channels, filters)")
+    check_equal(math.prod(out_sizes), k_shape[0], "output positions and kernel.shape[0]", fn)
+    channels = shape[channel_axis(n, data_format)]
+    features = None if channels is None else math.prod(kernel_size) * channels
+    check_equal(features, k_shape[1], "prod(kernel_size) * input channels and kernel.shape[1]", fn)
+    for a, o, k, s in zip(spatial_axes(n, data_format), out_sizes, kernel_size, strides):
+        if shape[a] is not None and (o - 1) * s + k > shape[a]:
+            raise ValueError(
+                f"{fn}: output_shape {out_sizes} with kernel_size {kernel_size} and "
+                f"strides {strides} needs more than the input's {shape[a]} steps"
+            )
+    return _local_conv(inputs, kernel, kernel_size, strides, out_sizes, data_format)
+
+
+def local_conv1d(
+    inputs: Any,
+    kernel: Any,
+    kernel_size: int | Sequence[int],
+    strides: int | Sequence[int],
+    data_format: str | None = None,
+) -> Any:
+    """1D convolution with unshared weights (Keras ``LocallyConnected1D``), 'valid' padding.
+
+    Args:
+        inputs: ``(batch, steps, channels)`` (``channels_last``) or ``(batch, channels, steps)``.
+        kernel: ``(output_length, kernel_size * channels, filters)``; the features of a
+            patch are ordered (offset, channel) for ``channels_last`` and (channel, offset) for
+            ``channels_first``, as in TF-Keras.
+        kernel_size: an int or a 1-tuple, the window length.
+        strides: an int or a 1-tuple.
+        data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
+
+    Returns:
+        ``(batch, output_length, filters)``, or ``(batch, filters, output_length)`` for
+        ``channels_first``.
+
+    Raises:
+        ValueError: for an unknown ``data_format``, bad ranks, or a kernel shape that does not
+            match the input and window.
+    """
+    k_shape = shape_of(
+        kernel, 3, "kernel", "local_conv1d", "(output_length, kernel_size * channels, filters)"
+    )
+    if k_shape[0] is None:
+        raise ValueError("local_conv1d: the output length kernel.shape[0] must be known")
+    return _local("local_conv1d", 1, inputs, kernel, kernel_size, strides, k_shape[0], data_format)
+
+
+def local_conv2d(
+    inputs: Any,
+    kernel: Any,
+    kernel_size: int | Sequence[int],
+    strides: int | Sequence[int],
+    output_shape: Sequence[int],
+    data_format: str | None = None,
+) -> Any:
+    """2D convolution with unshared weights (Keras ``LocallyConnected2D``), 'valid' padding.
+
+    Args:
+        inputs: ``(batch, rows, cols, channels)`` (``channels_last``) or
+            ``(batch, channels, rows, cols)``.
+        kernel: ``(output_rows * output_cols, kh * kw * channels, filters)``; positions are
+            row-major; the features of a patch are ordered (kh, kw, channel) for
+            ``channels_last`` and (channel, kh, kw) for ``channels_first``, as in TF-Keras.
+        kernel_size: an int or a 2-tuple, the window.
+        strides: an int or a 2-tuple.
+        output_shape: ``(output_rows, output_cols)``.
+        data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
+
+    Returns:
+        ``(batch, output_rows, output_cols, filters)``, or
+        ``(batch, filters, output_rows, output_cols)`` for ``channels_first``.
+
+    Raises:
+        ValueError: for an unknown ``data_format``, bad ranks, or a kernel shape that does not
+            match ``output_shape``, the input and the window.
+    """
+    return _local(
+        "local_conv2d", 2, inputs, kernel, kernel_size, strides, output_shape, data_format
+    )
