@@ -12,6 +12,10 @@ puts back exactly these names, each only if it is missing:
 - ``numpy.Inf`` (callbacks), ``numpy.string_`` (HDF5 utilities), ``numpy.bool`` and
   ``numpy.int`` (Keras's NumPy reference backend).
 
+HDF5: Keras 2.3.1 writes string attributes as bytes and calls ``.decode`` on what it reads back,
+but h5py 3 returns ``str`` (and object arrays of ``str``). When h5py is installed, reading an
+attribute *from Keras's own modules* returns bytes again; every other caller gets h5py's values.
+
 It also makes jaxkeras follow Keras's own floatx / epsilon / image_data_format settings, which
 Keras keeps in ``keras.backend.common``. Nothing changes for programs that do not load jaxkeras
 through Keras.
@@ -64,6 +68,34 @@ RESTORED: dict[Any, dict[str, Any]] = {
 }
 
 
+def _as_bytes(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf8")
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return np.array(
+            [v.encode("utf8") if isinstance(v, str) else v for v in value.ravel()]
+        ).reshape(value.shape)
+    return value
+
+
+def _keras_reads_bytes() -> None:
+    try:
+        from h5py._hl.attrs import AttributeManager
+    except ImportError:
+        return
+    read = AttributeManager.__getitem__
+    if getattr(read, "_jaxkeras", False):
+        return
+
+    def getitem(self: Any, name: str) -> Any:
+        value = read(self, name)
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        return _as_bytes(value) if caller.startswith("keras.") else value
+
+    getitem._jaxkeras = True
+    AttributeManager.__getitem__ = getitem
+
+
 def loaded_by_keras() -> bool:
     """Returns whether Keras's backend loader is importing jaxkeras right now."""
     loader = sys.modules.get("keras.backend.load_backend")
@@ -76,4 +108,5 @@ def install() -> None:
         for name, value in names.items():
             if name not in module.__dict__:
                 setattr(module, name, value)
+    _keras_reads_bytes()
     config.follow(sys.modules["keras.backend.common"])

@@ -1,0 +1,57 @@
+"""The Keras 2.3.1 compatibility layer applies when Keras loads jaxkeras, and only then."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="keras 2.3.1 is not installed (test extra)"
+)
+
+PROBE = """
+import collections, inspect, os, sys, tempfile
+import numpy as np
+import h5py
+{load}
+import collections
+path = os.path.join(tempfile.mkdtemp(), "probe.h5")
+with h5py.File(path, "w") as f:
+    f.attrs["v"] = b"2.3.1"
+with h5py.File(path, "r") as f:
+    mine = type(f.attrs["v"]).__name__
+print(hasattr(collections, "Mapping"), hasattr(inspect, "getargspec"), hasattr(np, "Inf"), mine)
+"""
+
+
+def _probe(load: str, tmp_path) -> list[str]:
+    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(load=load)], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_plain_import_restores_nothing(tmp_path):
+    assert _probe("import jaxkeras", tmp_path) == ["False", "False", "False", "str"]
+
+
+def test_keras_import_restores_names_but_not_for_other_h5py_readers(tmp_path):
+    assert _probe("import keras", tmp_path) == ["True", "True", "True", "str"]
+
+
+def test_keras_reads_bytes_attributes(tmp_path):
+    code = (
+        "import keras, h5py, os\n"
+        "from keras.utils.io_utils import H5Dict\n"
+        "p = os.path.join(r'%s', 'a.h5')\n"
+        "with h5py.File(p, 'w') as f: f.attrs['backend'] = b'jaxkeras'\n"
+        "print(H5Dict(h5py.File(p, 'r'))['backend'].decode('utf8'))\n" % tmp_path
+    )
+    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "jaxkeras"
