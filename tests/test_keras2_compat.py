@@ -47,9 +47,9 @@ def test_keras_reads_bytes_attributes(tmp_path):
     code = (
         "import keras, h5py, os\n"
         "from keras.utils.io_utils import H5Dict\n"
-        "p = os.path.join(r'%s', 'a.h5')\n"
+        f"p = os.path.join(r'{tmp_path}', 'a.h5')\n"
         "with h5py.File(p, 'w') as f: f.attrs['backend'] = b'jaxkeras'\n"
-        "print(H5Dict(h5py.File(p, 'r'))['backend'].decode('utf8'))\n" % tmp_path
+        "print(H5Dict(h5py.File(p, 'r'))['backend'].decode('utf8'))\n"
     )
     env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
