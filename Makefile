@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+# Keras 2.3.1's backend test suite, from its source distribution on PyPI (never committed)
+KERAS_SUITE := $(VENV)/keras-2.3.1-tests/backend_test.py
 
 .PHONY: test demo lint bench clean
 
@@ -14,7 +16,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+$(KERAS_SUITE): | $(BIN)/python
+	mkdir -p $(dir $@)
+	$(BIN)/python -m pip download -q --no-deps --no-binary :all: keras==2.3.1 -d $(dir $@)
+	tar xzf $(dir $@)Keras-2.3.1.tar.gz -C $(dir $@) --strip-components=4 \
+		Keras-2.3.1/tests/keras/backend/backend_test.py
+	rm $(dir $@)Keras-2.3.1.tar.gz
+
+test: $(STAMP) $(KERAS_SUITE)
 	$(BIN)/python -m pytest -n 2 tests
 
 demo: $(STAMP)

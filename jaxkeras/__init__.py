@@ -74,5 +74,6 @@ if _keras2.loaded_by_keras():
     _keras2.install()  # Keras read keras.json itself; follow its settings
 else:
     _config.load_keras_json()
+    _keras2.watch_for_keras()
 
 __version__ = "0.1.0"

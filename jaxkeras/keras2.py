@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import collections
 import collections.abc
+import importlib.abc
+import importlib.util
 import inspect
 import sys
 from typing import Any, NamedTuple
@@ -100,6 +102,34 @@ def loaded_by_keras() -> bool:
     """Returns whether Keras's backend loader is importing jaxkeras right now."""
     loader = sys.modules.get("keras.backend.load_backend")
     return loader is not None and "jaxkeras" in str(getattr(loader, "_BACKEND", ""))
+
+
+class _LoaderWatch(importlib.abc.MetaPathFinder):
+    """Finishes the set-up when Keras's backend loader picks jaxkeras after jaxkeras was
+    imported on its own (the loader then gets the cached module, which runs no code)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "keras.backend.load_backend":
+            return None
+        sys.meta_path.remove(self)  # once: let the ordinary finders do the finding
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            if loaded_by_keras():
+                install()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def watch_for_keras() -> None:
+    """Arranges for :func:`install` to run if Keras later loads jaxkeras as its backend."""
+    if "keras.backend.load_backend" not in sys.modules:
+        sys.meta_path.insert(0, _LoaderWatch())
 
 
 def install() -> None:

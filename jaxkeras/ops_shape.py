@@ -252,26 +252,21 @@ def _tile(x: Any, n: Any) -> Any:
 
 
 def tile(x: TensorLike, n: Any) -> TensorLike:
-    """Repeats a whole tensor ``n[i]`` times along each axis ``i``.
+    """Repeats a whole tensor ``n[i]`` times along each axis ``i`` (``numpy.tile`` rules).
 
     Args:
         x: a tensor or variable.
-        n: one count per axis of ``x``: ints or scalar tensors known when the graph is traced
-            (an int is accepted for a 1-D ``x``), or a 1-D integer tensor.
+        n: counts (ints or scalar tensors known when the graph is traced, or a 1-D integer
+            tensor). With fewer entries than ``x`` has axes they apply to the last axes (an int
+            tiles the last axis); with more, ``x`` gains leading axes of size 1.
 
     Returns:
         A tensor.
 
     Raises:
-        ValueError: when ``n`` does not have one entry per axis.
+        ValueError: when ``n`` is not a count or list of counts.
     """
-    n = check_shape_arg(n, "tile", "n")
-    length = int_shape(n)[0] if is_symbolic(n) else len(n)
-    if length != ndim(x):
-        raise ValueError(
-            f"tile: n must have one entry per axis of x (shape {int_shape(x)}), got {n!r}"
-        )
-    return _tile(x, n)
+    return _tile(x, check_shape_arg(n, "tile", "n"))
 
 
 @op(name="repeat")

@@ -151,7 +151,6 @@ class Variable(Symbolic):
         self._dtype = value.dtype.name
         self.constraint = constraint
         self.trainable = trainable
-        self._keras_shape = self._shape  # Keras-2 layers read it, as the TF backend set it
         _store.values[name] = value
         weakref.finalize(self, _store.drop, name)
 

@@ -64,9 +64,7 @@ def placeholder(
         raise ValueError(f"placeholder: ndim={ndim} disagrees with shape {shape}")
     dtype = standardize_dtype(dtype or config.floatx())
     label = state.scoped_name(name) if name else None
-    result = Placeholder(shape, dtype, label, sparse=bool(sparse))
-    result._keras_shape = shape  # Keras-2 layers read it, as the TF backend set it
-    return result
+    return Placeholder(shape, dtype, label, sparse=bool(sparse))
 
 
 @op
@@ -170,17 +168,17 @@ def is_keras_tensor(x: Any) -> bool:
     """Returns whether ``x`` is a Keras tensor: a symbolic value made by a Keras layer.
 
     Args:
-        x: a tensor, variable or array.
+        x: a tensor or variable.
 
     Returns:
         A bool: whether it carries ``_keras_history``.
 
     Raises:
-        ValueError: if ``x`` is not a tensor, variable or array.
+        ValueError: if ``x`` is not a tensor or variable (arrays are not Keras tensors).
     """
-    if not isinstance(x, (Symbolic, np.ndarray, jax.Array)):
+    if not isinstance(x, Symbolic):
         raise ValueError(
-            f"is_keras_tensor: expected a symbolic tensor or array, got {type(x).__name__} {x!r}"
+            f"is_keras_tensor: expected a symbolic tensor or variable, got {type(x).__name__} {x!r}"
         )
     return hasattr(x, "_keras_history")
 

@@ -43,6 +43,10 @@ def test_keras_import_restores_names_but_not_for_other_h5py_readers(tmp_path):
     assert _probe("import keras", tmp_path) == ["True", "True", "True", "str"]
 
 
+def test_importing_jaxkeras_first_then_keras_works(tmp_path):
+    assert _probe("import jaxkeras, keras", tmp_path) == ["True", "True", "True", "str"]
+
+
 def test_keras_reads_bytes_attributes(tmp_path):
     code = (
         "import keras, h5py, os\n"

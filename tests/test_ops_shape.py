@@ -188,8 +188,6 @@ def test_reshape_errors(shape, message):
         (lambda x: K.concatenate([]), r"concatenate: expected a non-empty list of tensors"),
         (lambda x: K.stack([x, K.placeholder((None, 3, 5))]), "stack: incompatible shapes"),
         (lambda x: K.stack([x, x], axis=-5), "stack: axis=-5 is out of range"),
-        (lambda x: K.tile(x, [1, 2]), r"tile: n must have one entry per axis"),
-        (lambda x: K.tile(x, 2), r"tile: n must have one entry per axis"),
         (lambda x: K.repeat_elements(x, -1, 1), "repeat_elements: rep must be an int >= 0"),
         (lambda x: K.repeat_elements(x, 2, 5), "repeat_elements: axis=5 is out of range"),
         (lambda x: K.reverse(x, (0, 3)), "reverse: axes=3 is out of range"),
@@ -203,8 +201,11 @@ def test_shape_argument_errors(call, message):
         call(K.placeholder((None, 3, 4)))
 
 
-def test_tile_accepts_an_int_for_a_vector():
+def test_tile_follows_numpy_for_short_and_long_counts():
     np.testing.assert_array_equal(K.tile(np.array([1, 2]), 2), [1, 2, 1, 2])
+    x = np.arange(6.0).reshape(2, 3)
+    for n in (2, (2, 1), (1, 2, 1)):
+        np.testing.assert_array_equal(K.eval(K.tile(K.variable(x), n)), np.tile(x, n))
 
 
 def test_tile_with_symbolic_counts():

@@ -158,6 +158,11 @@ def test_bookkeeping_predicates():
     assert K.is_keras_tensor(t)
     with pytest.raises(ValueError, match="int"):
         K.is_keras_tensor(3)
+    with pytest.raises(ValueError, match="ndarray"):
+        K.is_keras_tensor(np.ones(2))
+    assert K.placeholder((None, 2))._keras_shape == (None, 2)
+    t._keras_shape = (5, 2)
+    assert t._keras_shape == (5, 2) and K.int_shape(t) == ()
     assert K.is_sparse(K.placeholder((2, 2), sparse=True)) and not K.is_sparse(p)
     assert t._uses_learning_phase is False
 
