@@ -7,6 +7,7 @@ the time per training step are shown next to the same step hand-written in JAX.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import jax
@@ -34,7 +35,7 @@ def init_params(sizes, seed=0):
     """Glorot-uniform weights and zero biases for dense layers of the given sizes."""
     rng = np.random.default_rng(seed)
     params = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         limit = np.sqrt(6.0 / (fan_in + fan_out))
         params.append(rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32))
         params.append(np.zeros(fan_out, dtype=np.float32))
