@@ -77,12 +77,11 @@ def train(name, sizes, data):
             if epoch > 0:  # epoch 0 includes compilation
                 seconds += time.perf_counter() - start
                 steps += 1
-        if epoch % 5 == 4 or epoch == EPOCHS - 1:
-            acc = evaluate([x_test, y_test])[0]
-            print(
-                f"{name:>8} epoch {epoch + 1:2d}/{EPOCHS}  loss {np.mean(losses):.4f}  "
-                f"test accuracy {acc:.4f}"
-            )
+        acc = evaluate([x_test, y_test])[0]
+        print(
+            f"{name:>8} epoch {epoch + 1:2d}/{EPOCHS}  loss {np.mean(losses):.4f}  "
+            f"test accuracy {acc:.4f}"
+        )
     assert train_step.trace_count == 1, "the training step compiled more than once"
     return float(evaluate([x_test, y_test])[0]), seconds / steps
 
