@@ -1,0 +1,573 @@
+"""rnn, map_fn, foldl, foldr against NumPy reference loops.
+
+The cells are written with operators and a few local ops (tanh, sigmoid, a dropout), so these
+tests exercise the loop machinery on its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxkeras as K
+from tests.helpers import numeric_grad
+
+tanh = K.op(jnp.tanh, name="tanh")
+sigmoid = K.op(jax.nn.sigmoid, name="sigmoid")
+
+
+@K.op(random=True)
+def dropout(x, rate, seed=None, key=None):
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
+B, T, F, U = 3, 4, 2, 3
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(B, T, F))
+MASK = np.array([[1, 1, 1, 1], [0, 1, 0, 1], [1, 1, 1, 0]], dtype=bool)
+
+
+def np_sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+# ---------------------------------------------------------------------------------------------
+# cells: (weight shapes, NumPy step, K step builder, number of states)
+
+
+class Simple:
+    gates = 1
+    n_states = 1
+
+    @staticmethod
+    def numpy(x_t, states, w, consts):
+        z = x_t @ w["W"] + states[0] @ w["U"] + w["b"] + sum(consts)
+        h = np.tanh(z)
+        return h, [h]
+
+    @staticmethod
+    def keras(w):
+        def step(x_t, states):
+            z = x_t @ w["W"] + states[0] @ w["U"] + w["b"]
+            for c in states[1:]:
+                z = z + c
+            h = tanh(z)
+            return h, [h]
+
+        return step
+
+
+class LSTM:
+    gates = 4
+    n_states = 2
+
+    @staticmethod
+    def split(z):
+        return [z[:, k * U : (k + 1) * U] for k in range(4)]
+
+    @staticmethod
+    def numpy(x_t, states, w, consts):
+        z = x_t @ w["W"] + states[0] @ w["U"] + w["b"] + sum(consts)
+        i, f, g, o = LSTM.split(z)
+        c = np_sigmoid(f) * states[1] + np_sigmoid(i) * np.tanh(g)
+        h = np_sigmoid(o) * np.tanh(c)
+        return h, [h, c]
+
+    @staticmethod
+    def keras(w):
+        def step(x_t, states):
+            z = x_t @ w["W"] + states[0] @ w["U"] + w["b"]
+            for const in states[2:]:
+                z = z + const
+            i, f, g, o = LSTM.split(z)
+            c = sigmoid(f) * states[1] + sigmoid(i) * tanh(g)
+            h = sigmoid(o) * tanh(c)
+            return h, [h, c]
+
+        return step
+
+
+def weights_for(cell, seed=1):
+    rng = np.random.default_rng(seed)
+    n = cell.gates * U
+    return {
+        "W": rng.normal(size=(F, n)) * 0.7,
+        "U": rng.normal(size=(U, n)) * 0.7,
+        "b": rng.normal(size=(n,)) * 0.3,
+    }
+
+
+def variables_for(weights):
+    return {k: K.variable(v, name=k) for k, v in weights.items()}
+
+
+def reference_rnn(step, x, states, mask=None, go_backwards=False, zero_output_for_mask=False):
+    """The TF-Keras semantics as a plain loop over batch-major ``x`` (float64)."""
+    steps = range(x.shape[1])
+    prev, outputs = None, []
+    for t in reversed(steps) if go_backwards else steps:
+        out, new_states = step(x[:, t], states)
+        if mask is None:
+            states = new_states
+            outputs.append(out)
+            continue
+
+        def keep(a, t=t):
+            return mask[:, t].reshape((-1,) + (1,) * (a.ndim - 1))
+
+        prev = np.zeros_like(out) if prev is None else prev
+        masked = np.where(keep(out), out, prev)
+        states = [np.where(keep(n), n, s) for n, s in zip(new_states, states)]
+        outputs.append(np.where(keep(out), out, 0.0) if zero_output_for_mask else masked)
+        prev = masked
+    outputs = np.stack(outputs, axis=1)
+    return outputs[:, -1], outputs, states
+
+
+def initial_states(cell, batch=B):
+    return [np.full((batch, U), 0.1 * (k + 1)) for k in range(cell.n_states)]
+
+
+def constants_for(cell):
+    return [RNG.normal(size=(B, cell.gates * U)) * 0.5]
+
+
+CONSTANTS = {cell: constants_for(cell) for cell in (Simple, LSTM)}
+
+
+# ---------------------------------------------------------------------------------------------
+# every option combination, eagerly and through placeholders + K.function
+
+OPTIONS = list(itertools.product([False, True], repeat=6))
+
+
+@pytest.mark.parametrize("cell", [Simple, LSTM], ids=["simple", "lstm"])
+@pytest.mark.parametrize(
+    "go_backwards,masked,constants,unroll,zero_output_for_mask,time_major",
+    OPTIONS,
+    ids=["".join("BMCUZT"[i] if v else "_" for i, v in enumerate(o)) for o in OPTIONS],
+)
+def test_rnn_matches_reference(
+    cell, go_backwards, masked, constants, unroll, zero_output_for_mask, time_major
+):
+    weights = weights_for(cell)
+    w = variables_for(weights)
+    consts = CONSTANTS[cell] if constants else []
+    mask = MASK if masked else None
+    # rank-3 masks (samples, time, 1) when constants are used, rank 2 otherwise
+    mask_arg = None if mask is None else (mask[..., None] if constants else mask)
+    states0 = initial_states(cell)
+
+    want_last, want_outputs, want_states = reference_rnn(
+        lambda x_t, s: cell.numpy(x_t, s, weights, consts),
+        X,
+        states0,
+        mask,
+        go_backwards,
+        zero_output_for_mask,
+    )
+
+    def swap(a):
+        return np.swapaxes(a, 0, 1) if time_major else a
+
+    def run(x, mask_value, states, constants):
+        return K.rnn(
+            cell.keras(w),
+            x,
+            states,
+            go_backwards=go_backwards,
+            mask=mask_value,
+            constants=constants,
+            unroll=unroll,
+            time_major=time_major,
+            zero_output_for_mask=zero_output_for_mask,
+        )
+
+    x32 = swap(X).astype(np.float32)
+    m = None if mask_arg is None else swap(mask_arg)
+    s32 = [s.astype(np.float32) for s in states0]
+    c32 = [c.astype(np.float32) for c in consts]
+
+    def check(last, outputs, states, way):
+        np.testing.assert_allclose(last, want_last, rtol=1e-5, atol=1e-6, err_msg=way)
+        np.testing.assert_allclose(swap(outputs), want_outputs, rtol=1e-5, atol=1e-6, err_msg=way)
+        for got, want in zip(states, want_states):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=way)
+
+    last, outputs, states = run(x32, m, s32, c32)
+    got = K.eval([last, outputs, *states])
+    check(got[0], got[1], got[2:], "eager")
+
+    x_ph = K.placeholder((T, None, F) if time_major else (None, T, F))
+    batch_axis = 1 if time_major else 0
+    m_ph = None
+    if m is not None:
+        m_ph = K.placeholder(
+            [None if i == batch_axis else d for i, d in enumerate(m.shape)], dtype="bool"
+        )
+    s_ph = [K.placeholder((None, U)) for _ in s32]
+    c_ph = [K.placeholder((None, c.shape[1])) for c in c32]
+    last, outputs, states = run(x_ph, m_ph, s_ph, c_ph)
+    assert K.int_shape(outputs)[batch_axis] is None
+    assert K.int_shape(outputs)[1 - batch_axis] == T
+    assert K.int_shape(last) == (None, U)
+    feeds = [x_ph, *s_ph, *c_ph] + ([] if m_ph is None else [m_ph])
+    values = [x32, *s32, *c32] + ([] if m is None else [m])
+    got = K.function(feeds, [last, outputs, *states])(values)
+    check(got[0], got[1], got[2:], "function")
+
+
+# ---------------------------------------------------------------------------------------------
+# gradients
+
+
+@pytest.mark.parametrize(
+    "cell,masked,go_backwards,unroll",
+    [(LSTM, True, True, False), (Simple, False, False, True), (Simple, True, False, False)],
+    ids=["lstm-mask-backwards", "simple-unroll", "simple-mask"],
+)
+def test_gradients_against_finite_differences(cell, masked, go_backwards, unroll):
+    weights = weights_for(cell, seed=3)
+    w = variables_for(weights)
+    mask = MASK if masked else None
+    states0 = initial_states(cell)
+    r_out = RNG.normal(size=(B, T, U))
+    r_state = RNG.normal(size=(B, U))
+
+    x_ph = K.placeholder((None, T, F))
+    _, outputs, states = K.rnn(
+        cell.keras(w),
+        x_ph,
+        [s.astype(np.float32) for s in states0],
+        mask=mask,
+        go_backwards=go_backwards,
+        unroll=unroll,
+    )
+    loss = outputs * r_out.astype(np.float32)
+    loss_states = states[-1] * r_state.astype(np.float32)
+    grads = K.gradients(loss, list(w.values())) + K.gradients(loss_states, list(w.values()))
+    got = K.function([x_ph], grads)([X.astype(np.float32)])
+
+    for i, name in enumerate(w):
+
+        def total(value, name=name, which=0):
+            ws = dict(weights, **{name: value})
+            _, outs, sts = reference_rnn(
+                lambda x_t, s: cell.numpy(x_t, s, ws, []), X, states0, mask, go_backwards
+            )
+            return np.sum(outs * r_out) if which == 0 else np.sum(sts[-1] * r_state)
+
+        for which, g in enumerate((got[i], got[len(w) + i])):
+            want = numeric_grad(lambda v, t=total, k=which: t(v, which=k), weights[name], 1e-6)
+            np.testing.assert_allclose(g, want, rtol=2e-3, atol=2e-4, err_msg=f"{name} {which}")
+
+
+def test_gradient_with_respect_to_inputs_and_initial_state():
+    weights = weights_for(Simple)
+    w = variables_for(weights)
+    x_ph = K.placeholder((B, T, F))
+    h_ph = K.placeholder((B, U))
+    _, outputs, _ = K.rnn(Simple.keras(w), x_ph, [h_ph], mask=MASK)
+    gx, gh = K.gradients(outputs, [x_ph, h_ph])
+    h0 = initial_states(Simple)[0]
+    got_x, got_h = K.function([x_ph, h_ph], [gx, gh])([X, h0])
+
+    def total(x, h):
+        return np.sum(
+            reference_rnn(lambda x_t, s: Simple.numpy(x_t, s, weights, []), x, [h], MASK)[1]
+        )
+
+    np.testing.assert_allclose(got_x, numeric_grad(lambda v: total(v, h0), X), rtol=2e-3, atol=2e-4)
+    np.testing.assert_allclose(got_h, numeric_grad(lambda v: total(X, v), h0), rtol=2e-3, atol=2e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# unroll, compilation, weights
+
+
+def test_unroll_equals_scan():
+    w = variables_for(weights_for(LSTM))
+    x_ph = K.placeholder((None, T, F))
+    m_ph = K.placeholder((None, T), dtype="bool")
+    results = []
+    for unroll in (False, True):
+        last, outputs, states = K.rnn(
+            LSTM.keras(w),
+            x_ph,
+            [np.zeros((B, U), np.float32)] * 2,
+            mask=m_ph,
+            unroll=unroll,
+            go_backwards=True,
+        )
+        results.append(K.function([x_ph, m_ph], [last, outputs, *states])([X, MASK]))
+    for scanned, unrolled in zip(*results):
+        np.testing.assert_allclose(unrolled, scanned, rtol=1e-6, atol=1e-7)
+
+
+def test_one_trace_for_many_calls_and_new_weights_without_recompiling():
+    weights = weights_for(Simple)
+    w = variables_for(weights)
+    x_ph = K.placeholder((None, T, F))
+    _, outputs, _ = K.rnn(Simple.keras(w), x_ph, [np.zeros((B, U), np.float32)])
+    f = K.function([x_ph], [outputs])
+    for _ in range(100):
+        got = f([X])[0]
+    assert f.trace_count == 1
+
+    new = dict(weights, W=weights["W"] * -0.5)
+    K.set_value(w["W"], new["W"])
+    got = f([X])[0]
+    assert f.trace_count == 1
+    want = reference_rnn(lambda x_t, s: Simple.numpy(x_t, s, new, []), X, [np.zeros((B, U))])[1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_sliced_weights_and_outside_tensors_are_captured():
+    weights = weights_for(LSTM)
+    w = variables_for(weights)
+    kernels = [w["W"][:, k * U : (k + 1) * U] for k in range(4)]
+    scale = K.placeholder(())
+
+    def step(x_t, states):
+        gates = [x_t @ kernels[k] + states[0] @ w["U"][:, k * U : (k + 1) * U] for k in range(4)]
+        i, f, g, o = (gates[k] + w["b"][k * U : (k + 1) * U] for k in range(4))
+        c = sigmoid(f) * states[1] + sigmoid(i) * tanh(g)
+        h = sigmoid(o) * tanh(c) * scale
+        return h, [h, c]
+
+    x_ph = K.placeholder((None, T, F))
+    _, outputs, _ = K.rnn(step, x_ph, [np.zeros((B, U), np.float32)] * 2)
+    got = K.function([x_ph, scale], [outputs])([X, 2.0])[0]
+
+    def np_step(x_t, states):
+        h, (_, c) = LSTM.numpy(x_t, states, weights, [])
+        return 2.0 * h, [2.0 * h, c]
+
+    want = reference_rnn(np_step, X, [np.zeros((B, U))] * 2)[1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# learning phase and dropout inside the step
+
+
+def test_learning_phase_and_dropout_inside_the_step():
+    units = 16
+
+    def step(x_t, states):
+        ones = states[0] * 0.0 + 1.0
+        drop = K.in_train_phase(lambda: dropout(ones, 0.5), ones)
+        return drop, [states[0] + x_t[:, :1]]
+
+    x_ph = K.placeholder((None, T, F))
+    _, outputs, _ = K.rnn(step, x_ph, [np.zeros((4, units), np.float32)])
+    assert outputs._uses_learning_phase
+    f = K.function([x_ph, K.learning_phase()], [outputs])
+    x = np.ones((4, T, F), np.float32)
+    np.testing.assert_array_equal(f([x, 0])[0], 1.0)
+    first, second = f([x, 1])[0], f([x, 1])[0]
+    for masks in (first, second):
+        assert set(np.unique(masks)) == {0.0, 2.0}
+        # one mask for the whole sequence (as Keras's recurrent dropout expects)
+        np.testing.assert_array_equal(masks, np.repeat(masks[:, :1], T, axis=1))
+    assert not np.array_equal(first, second)  # fresh masks on every call
+
+
+# ---------------------------------------------------------------------------------------------
+# state scope under jax.jit
+
+
+def test_under_jax_jit_in_a_state_scope_with_gradients():
+    weights = weights_for(Simple)
+    w = variables_for(weights)
+    r = RNG.normal(size=(B, T, U))
+    h0 = np.zeros((B, U), np.float32)
+
+    def loss(values, x):
+        with K.state_scope(values):
+            _, outputs, _ = K.rnn(Simple.keras(w), x, [h0], mask=MASK)
+        return jnp.sum(outputs * r), outputs
+
+    values = K.get_state(list(w.values()))
+    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(
+        values, X.astype(np.float32)
+    )
+
+    def reference(ws):
+        return reference_rnn(lambda x_t, s: Simple.numpy(x_t, s, ws, []), X, [h0], MASK)[1]
+
+    np.testing.assert_allclose(outputs, reference(weights), rtol=1e-5, atol=1e-6)
+    want = numeric_grad(lambda v: np.sum(reference(dict(weights, U=v)) * r), weights["U"])
+    np.testing.assert_allclose(grads[w["U"].name], want, rtol=2e-3, atol=2e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# more structure: rank-3 states, nested inputs, input_length
+
+
+def test_mask_broadcasts_to_rank_3_states_and_outputs():
+    def np_step(x_t, states):
+        s = states[0] * 0.5 + x_t[:, None, :]
+        return s * 2.0, [s]
+
+    def k_step(x_t, states):
+        s = states[0] * 0.5 + x_t[:, None, :]
+        return s * 2.0, [s]
+
+    s0 = np.ones((B, 2, F))
+    want = reference_rnn(np_step, X, [s0], MASK, zero_output_for_mask=True)
+    got = K.rnn(
+        k_step, X.astype(np.float32), [s0.astype(np.float32)], mask=MASK, zero_output_for_mask=True
+    )
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    np.testing.assert_allclose(got[2][0], want[2][0], rtol=1e-6)
+
+
+def test_nested_inputs():
+    x2 = RNG.normal(size=(B, T, 1))
+
+    def step(inputs, states):
+        a, b = inputs
+        h = states[0] + a * b
+        return h, [h]
+
+    x_ph, x2_ph = K.placeholder((None, T, F)), K.placeholder((None, T, 1))
+    last, outputs, _ = K.rnn(step, [x_ph, x2_ph], [np.zeros((B, F), np.float32)])
+    got = K.function([x_ph, x2_ph], [last, outputs])([X, x2])
+    np.testing.assert_allclose(got[1], np.cumsum(X * x2, axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[0], np.sum(X * x2, axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_input_length_masks_like_the_equivalent_mask():
+    w = variables_for(weights_for(Simple))
+    lengths = np.array([4, 2, 3])
+    mask = np.arange(T)[None, :] < lengths[:, None]
+    h0 = [np.zeros((B, U), np.float32)]
+    by_length = K.rnn(Simple.keras(w), X.astype(np.float32), h0, input_length=lengths)
+    by_mask = K.rnn(Simple.keras(w), X.astype(np.float32), h0, mask=mask)
+    np.testing.assert_allclose(K.eval(by_length[1]), K.eval(by_mask[1]), rtol=1e-6)
+    fixed = K.rnn(Simple.keras(w), X.astype(np.float32), h0, input_length=T)
+    unmasked = K.rnn(Simple.keras(w), X.astype(np.float32), h0)
+    np.testing.assert_allclose(K.eval(fixed[1]), K.eval(unmasked[1]), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+
+
+def test_update_inside_the_step_raises():
+    v = K.variable(np.zeros((B, U)))
+
+    def step(x_t, states):
+        K.update(v, states[0])
+        return states[0], states
+
+    with pytest.raises(ValueError, match=r"K\.update inside the step function of rnn"):
+        K.rnn(step, X, [np.zeros((B, U))])
+    with pytest.raises(ValueError, match=r"K\.update inside the step function of foldl"):
+        K.foldl(lambda acc, x: K.update(v, acc), np.ones((2, B, U)))
+
+
+def test_bad_arguments():
+    def step(x_t, states):
+        return x_t, states
+
+    with pytest.raises(ValueError, match=r"rank >= 3.*\(3, 4\)"):
+        K.rnn(step, np.ones((3, 4)), [np.zeros((3, 4))])
+    with pytest.raises(ValueError, match=r"unroll=True needs a known number of time steps"):
+        K.rnn(step, K.placeholder((None, None, 2)), [K.placeholder((None, 2))], unroll=True)
+    with pytest.raises(ValueError, match="a mask needs at least one state"):
+        K.rnn(step, np.ones((3, 4, 2)), [], mask=np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"mask must have shape.*\(3,\)"):
+        K.rnn(step, np.ones((3, 4, 2)), [np.zeros((3, 2))], mask=np.ones(3))
+    with pytest.raises(ValueError, match=r"must keep the shape \(3, 5\)"):
+        K.rnn(lambda x_t, s: (x_t, [x_t]), np.ones((3, 4, 2)), [np.zeros((3, 5))])
+    with pytest.raises(ValueError, match=r"returned 2 tensors where 1 were expected"):
+        K.rnn(lambda x_t, s: (x_t, [x_t, x_t]), np.ones((3, 4, 2)), [np.zeros((3, 2))])
+    with pytest.raises(ValueError, match=r"must return \(output, new_states\)"):
+        K.rnn(lambda x_t, s: x_t, np.ones((3, 4, 2)), [np.zeros((3, 2))])
+    with pytest.raises(TypeError, match="go_backwards must be a bool, got 'yes'"):
+        K.rnn(step, np.ones((3, 4, 2)), [np.zeros((3, 2))], go_backwards="yes")
+    with pytest.raises(ValueError, match=r"input_length must be an int or a 1-D tensor.*\(3, 1\)"):
+        K.rnn(step, np.ones((3, 4, 2)), [np.zeros((3, 2))], input_length=np.ones((3, 1)))
+
+
+# ---------------------------------------------------------------------------------------------
+# map_fn, foldl, foldr
+
+ELEMS = RNG.normal(size=(5, 3))
+
+
+def test_map_fn_with_a_variable_eagerly_and_through_a_function():
+    m = RNG.normal(size=(3, 2))
+    w = K.variable(m)
+    want = np.tanh(ELEMS @ m)
+    np.testing.assert_allclose(
+        K.eval(K.map_fn(lambda row: tanh(row @ w), ELEMS)), want, rtol=1e-5, atol=1e-6
+    )
+    ph = K.placeholder((None, 3))
+    out = K.map_fn(lambda row: tanh(row @ w), ph)
+    assert K.int_shape(out) == (None, 2)
+    f = K.function([ph], [out])
+    np.testing.assert_allclose(f([ELEMS])[0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(f([ELEMS[:2]])[0], want[:2], rtol=1e-5, atol=1e-6)
+
+
+def test_map_fn_dtype_and_concrete_values():
+    out = K.map_fn(lambda row: row * 2.0, ELEMS.astype(np.float32), dtype="float16")
+    assert out.dtype == jnp.float16
+    np.testing.assert_allclose(np.asarray(out, np.float64), ELEMS * 2.0, rtol=1e-3)
+
+
+def np_fold(fn, elems, initializer, reverse):
+    elems = list(elems[::-1] if reverse else elems)
+    acc = elems.pop(0) if initializer is None else initializer
+    for x in elems:
+        acc = fn(acc, x)
+    return acc
+
+
+@pytest.mark.parametrize("fold,reverse", [(K.foldl, False), (K.foldr, True)], ids=["l", "r"])
+@pytest.mark.parametrize("initializer", [None, np.full(3, 0.5)], ids=["no-init", "init"])
+def test_folds(fold, reverse, initializer):
+    def fn(acc, x):
+        return acc * 2.0 - x  # order-sensitive
+
+    want = np_fold(fn, ELEMS, initializer, reverse)
+    ph = K.placeholder((None, 3))
+    init32 = None if initializer is None else initializer.astype(np.float32)
+    out = fold(fn, ph, init32)
+    assert K.int_shape(out) == (3,)
+    np.testing.assert_allclose(K.function([ph], [out])([ELEMS])[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        fold(fn, ELEMS.astype(np.float32), init32), want, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_foldl_gradient_through_a_weight():
+    m = RNG.normal(size=(3, 3)) * 0.5
+    w = K.variable(m)
+    ph = K.placeholder((None, 3))
+    out = K.foldl(lambda acc, x: tanh(acc @ w + x), ph, np.zeros(3, np.float32))
+    (g,) = K.gradients(out, [w])
+    got = K.function([ph], [g])([ELEMS])[0]
+
+    def total(v):
+        return np.sum(np_fold(lambda acc, x: np.tanh(acc @ v + x), ELEMS, np.zeros(3), False))
+
+    np.testing.assert_allclose(got, numeric_grad(total, m), rtol=2e-3, atol=2e-4)
+
+
+def test_fold_errors():
+    with pytest.raises(ValueError, match=r"foldl: fn\(acc, x\).*must keep the shape \(3,\)"):
+        K.foldl(lambda acc, x: acc[None], ELEMS)
+    with pytest.raises(ValueError, match=r"foldr: fn\(acc, x\).*dtype int32"):
+        K.foldr(lambda acc, x: acc * 0.5, np.arange(6).reshape(2, 3))
+    with pytest.raises(ValueError, match="map_fn: elems must have rank >= 1"):
+        K.map_fn(lambda x: x, np.float32(1.0))
