@@ -59,6 +59,7 @@ class Function:
         names = {n.name for n in nodes if isinstance(n, Variable)}
         names.update(target.name for target, _ in self.updates)
         self.variable_names = sorted(names)
+        self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
         self.trace_count = 0
         self._compiled = jax.jit(
             self._traced, static_argnames=("learning_phase",), donate_argnums=(0,)
@@ -94,7 +95,11 @@ class Function:
             )
         ctx = Context(state=dict(state_values), rng=rng, learning_phase=learning_phase)
         memo = dict(zip(self._feed_inputs, feeds))
-        values = evaluate(self.outputs + [v for _, v in self.updates], ctx, memo)
+        # Gradient nodes first: their replay computes the loss and its ancestors once, for
+        # the gradients and for the outputs that share them.
+        values = evaluate(
+            self._grad_nodes + self.outputs + [v for _, v in self.updates], ctx, memo
+        )[len(self._grad_nodes) :]
         n_out = len(self.outputs)
         new_state = dict(state_values)
         for (target, _), value in zip(self.updates, values[n_out:]):
@@ -233,15 +238,25 @@ class GradNode(MultiOutput):
                 dependent.add(node)
         self._dependent = dependent
         self._downstream = {x for x in xs if any(p in dependent for p in x._inputs())}
+        needs = dict.fromkeys(xs)
+        for node in order:
+            if node in dependent:
+                needs.update((p, None) for p in node._inputs() if p not in dependent)
+        self._needs = tuple(needs)
         self._has_placeholder = loss._has_placeholder or any(x._has_placeholder for x in xs)
         self._uses_learning_phase = loss._uses_learning_phase
 
     def _inputs(self):
         return (self._loss, *self._xs)
 
+    def _deps(self, ctx: Context):
+        # What the replay reads; the loss itself is computed by the replay (see _compute).
+        return self._needs
+
     def _compute(self, ctx: Context, memo: dict) -> Any:
         base = {k: v for k, v in memo.items() if k not in self._dependent}
         xs = self._xs
+        replayed: list = []
 
         def total(*deltas):
             replay, perturb = dict(base), {}
@@ -251,10 +266,22 @@ class GradNode(MultiOutput):
                 else:
                     replay[x] = memo[x] + delta
             (loss,) = evaluate([self._loss], ctx, replay, perturb)
-            return jnp.sum(loss)
+            replayed[:] = [n for n in replay if n in self._dependent and _is_array_tree(replay[n])]
+            return jnp.sum(loss), [replay[n] for n in replayed]
 
         zeros = [jnp.zeros_like(memo[x]) for x in xs]
-        return jax.grad(total, argnums=tuple(range(len(xs))))(*zeros)
+        (_, values), grads = jax.value_and_grad(total, argnums=tuple(range(len(xs))), has_aux=True)(
+            *zeros
+        )
+        # The replay's forward values are the enclosing evaluation's too (the deltas are zero):
+        # hand them over so that outputs sharing the forward pass do not compute it again.
+        for node, value in zip(replayed, values):
+            memo.setdefault(node, value)
+        return grads
+
+
+def _is_array_tree(value: Any) -> bool:
+    return all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(value))
 
 
 def gradients(loss: Any, variables: Sequence[Any]) -> list[Any]:

@@ -569,6 +569,8 @@ def evaluate(
         )
     with ctx:
         for node in order:
+            if node in memo:  # filled in meanwhile by a gradient node's replay
+                continue
             value = node._compute(ctx, memo)
             if perturb and node in perturb:
                 value = value + perturb[node]

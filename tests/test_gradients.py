@@ -103,3 +103,22 @@ def test_training_loop_with_gradients_and_updates_converges():
 def test_gradients_rejects_non_tensors():
     with pytest.raises(TypeError, match="variables"):
         K.gradients(K.variable(1.0) * 2, [np.ones(2)])
+
+
+def test_training_step_computes_the_forward_pass_once():
+    calls = []
+
+    def body(h):
+        calls.append(1)
+        return jnp.tanh(h)
+
+    counted = K.op(body, name="counted_tanh")
+    w = K.variable(W0)
+    x = K.placeholder((None, 3))
+    loss = ksum(counted(x @ w) ** 2)
+    (g,) = K.gradients(loss, [w])
+    step = K.function([x], [loss], updates=[K.update_sub(w, 0.01 * g)])
+    calls.clear()  # shape inference ran the body while the graph was built
+    out = step([X])[0]
+    assert len(calls) == 1  # one trace, and in it one forward pass shared with the gradients
+    np.testing.assert_allclose(out, _np_loss(W0), rtol=1e-5)
