@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed-dev
 # Keras 2.3.1's backend test suite, from its source distribution on PyPI (never committed)
 KERAS_SUITE := $(VENV)/keras-2.3.1-tests/backend_test.py
 
+BENCH_VENV := .venv-bench
+
 .PHONY: test demo lint bench clean
 
 $(BIN)/python:
@@ -33,8 +35,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
+	touch $@
+
+bench: $(STAMP) $(BENCH_VENV)/.installed
+	$(BIN)/python benchmarks/bench_lstm.py
+	$(BIN)/python benchmarks/bench_conv.py
+	$(BIN)/python benchmarks/bench_keras2.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache

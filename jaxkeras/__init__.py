@@ -44,6 +44,7 @@ from jaxkeras.state import (
     name_scope,
     reset_uids,
     set_learning_phase,
+    set_random_seed,
     set_session,
     set_state,
     set_value,

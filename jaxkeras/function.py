@@ -167,8 +167,14 @@ class Function:
             state_values, state.store().next_key(), feeds, learning_phase=phase
         )
         values.update(new_state)
-        outputs = [np.asarray(o) for o in outputs]
+        outputs = [_to_numpy(o) for o in outputs]
         return outputs[0] if self._single else outputs
+
+
+def _to_numpy(value: Any) -> Any:
+    """A NumPy array, or a NumPy scalar for 0-d values (as TF sessions returned them)."""
+    array = np.asarray(value)
+    return array[()] if array.ndim == 0 else array
 
 
 def _check_phase(value: Any) -> int:

@@ -67,8 +67,24 @@ _uid_counter = itertools.count(1)
 
 
 def next_uid() -> int:
-    """Returns a fresh process-wide integer id (used for node salts and names)."""
+    """Returns a fresh process-wide integer id (used for node names)."""
     return next(_uid_counter)
+
+
+# Salts of random nodes without a seed: a counter that set_random_seed resets, so that a
+# program that builds the same graphs after the same seed draws the same numbers.
+_salts = {"next": 0}
+
+
+def next_salt() -> int:
+    """Returns the salt for the next random node that has no seed."""
+    _salts["next"] += 1
+    return 1_000_003 + _salts["next"]
+
+
+def reset_salts() -> None:
+    """Restarts :func:`next_salt`."""
+    _salts["next"] = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -844,7 +860,7 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
         salt = None
         if random:
             seed = signature.bind(*args, **kwargs).arguments.get("seed")
-            salt = next_uid() if seed is None else int(seed)
+            salt = next_salt() if seed is None else int(seed)
         return record(fn, args, kwargs, salt, label)
 
     wrapper.pure = fn

@@ -37,15 +37,13 @@ class Store:
         self.values: dict[str, jax.Array] = {}
         self.seed = seed
         self.counter = 0
-        self._name_counts: dict[str, int] = defaultdict(int)
 
     def unique_name(self, name: str) -> str:
-        """Returns ``name``, or ``name_N`` when a variable already used it."""
-        count = self._name_counts[name]
-        self._name_counts[name] += 1
-        unique = name if count == 0 else f"{name}_{count}"
+        """Returns ``name``, or ``name_N`` with the smallest N no live variable uses."""
+        unique, n = name, 0
         while unique in self.values:
-            unique = f"{unique}_"
+            n += 1
+            unique = f"{name}_{n}"
         return unique
 
     def next_key(self) -> np.ndarray:
@@ -64,6 +62,22 @@ _store = Store()
 def store() -> Store:
     """Returns the process-wide store."""
     return _store
+
+
+def set_random_seed(seed: int) -> None:
+    """Restarts random-number generation from ``seed`` (a jaxkeras addition to the Keras API).
+
+    After it, a program that builds the same graphs and makes the same calls draws the same
+    numbers (initial weights included), whatever ran before.
+
+    Args:
+        seed: a non-negative int.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"set_random_seed: seed must be a non-negative int, got {seed!r}")
+    _store.seed = int(seed)
+    _store.counter = 0
+    graph.reset_salts()
 
 
 def _copy_to_device(value: Any, dtype: str) -> jax.Array:

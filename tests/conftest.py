@@ -13,6 +13,9 @@ settings.register_profile(
 settings.load_profile("ci")
 
 
+DEFAULTS = ("float32", 1e-7, "channels_last")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_session():
     import jaxkeras as K
@@ -20,3 +23,9 @@ def _fresh_session():
     K.clear_session()
     yield
     K.clear_session()
+    settings = (K.floatx(), K.epsilon(), K.image_data_format())
+    if settings != DEFAULTS:  # a leak would silently change every later test in this process
+        K.set_floatx(DEFAULTS[0])
+        K.set_epsilon(DEFAULTS[1])
+        K.set_image_data_format(DEFAULTS[2])
+        pytest.fail(f"the test left global settings changed: {settings}")

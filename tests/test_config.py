@@ -8,14 +8,17 @@ import sys
 import pytest
 
 import jaxkeras as K
-from jaxkeras import config
 
 
 @pytest.fixture
 def restore_settings():
-    saved = dict(config._settings)
+    # Through the setters: when Keras has loaded jaxkeras in this process, they also restore
+    # Keras's own settings, which jaxkeras then follows.
+    saved = (K.floatx(), K.epsilon(), K.image_data_format())
     yield
-    config._settings.update(saved)
+    K.set_floatx(saved[0])
+    K.set_epsilon(saved[1])
+    K.set_image_data_format(saved[2])
 
 
 def test_defaults_and_backend():

@@ -27,6 +27,11 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 import jaxkeras  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    jaxkeras.set_random_seed(0)  # same initial weights whatever ran before in this process
+
+
 @pytest.fixture(scope="module")
 def digits():
     d = load_digits()

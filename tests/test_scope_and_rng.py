@@ -150,3 +150,21 @@ def test_fixed_seed_reproduces_across_processes():
     assert outs[0].stdout == outs[1].stdout
     first, second = outs[0].stdout.strip()[1:-1].split("] [")
     assert [float(v) for v in first.split(",")] != [float(v) for v in second.split(",")]
+
+
+def test_set_random_seed_restarts_generation():
+    def draw():
+        K.set_random_seed(3)
+        a = K.eval(uniform((3,)))
+        f = K.function([], [uniform((2,))])
+        return a, f([])[0], f([])[0]
+
+    first = draw()
+    uniform((5,))  # unrelated draws and nodes in between change nothing
+    K.eval(uniform((5,)))
+    second = draw()
+    for x, y in zip(first, second):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(first[1], first[2])
+    with pytest.raises(ValueError, match="-1"):
+        K.set_random_seed(-1)

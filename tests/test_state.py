@@ -47,11 +47,13 @@ def test_variable_attributes_and_names():
 
 
 def test_name_scope_prefixes_names():
-    with K.name_scope("dense_1"):
+    with K.name_scope("scope_test"), K.name_scope("inner"):
         v = K.variable(1.0, name="kernel")
+        w = K.variable(1.0, name="kernel")
         p = K.placeholder((None, 2), name="x")
-    assert v.name == "dense_1/kernel"
-    assert p.name == "dense_1/x"
+    assert v.name == "scope_test/inner/kernel"
+    assert w.name == "scope_test/inner/kernel_1"
+    assert p.name == "scope_test/inner/x"
 
 
 def test_operators_with_numbers_on_either_side():
