@@ -33,6 +33,19 @@ def is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def check_variable_shape(shape: Any, fn: str) -> tuple[int, ...]:
+    """Checks the shape of a new variable: an int or a tuple of ints >= 0 (nothing symbolic).
+
+    Raises:
+        ValueError: naming ``fn`` and the shape otherwise.
+    """
+    if is_int(shape):
+        shape = (shape,)
+    if not isinstance(shape, (list, tuple)) or not all(is_int(d) and d >= 0 for d in shape):
+        raise ValueError(f"{fn}: a variable's shape must be a tuple of ints >= 0, got {shape!r}")
+    return tuple(int(d) for d in shape)
+
+
 def check_int(value: Any, fn: str, arg: str, minimum: int = 0) -> int:
     """Returns ``value`` as an int, checking it is an integer ``>= minimum``.
 

@@ -9,17 +9,9 @@ import numpy as np
 
 from jaxkeras import state
 from jaxkeras.graph import op
-from jaxkeras.ops_common import TensorLike, check_dtype, is_int
+from jaxkeras.ops_common import TensorLike, check_dtype, check_variable_shape, is_int
 
 __all__ = ["arange", "eye", "ones", "ones_like", "zeros", "zeros_like"]
-
-
-def _variable_shape(shape: Any, fn: str) -> tuple[int, ...]:
-    if is_int(shape):
-        shape = (shape,)
-    if not isinstance(shape, (list, tuple)) or not all(is_int(d) and d >= 0 for d in shape):
-        raise ValueError(f"{fn}: shape must be a tuple of ints >= 0, got {shape!r}")
-    return tuple(int(d) for d in shape)
 
 
 def zeros(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
@@ -34,7 +26,7 @@ def zeros(shape: Any, dtype: Any = None, name: str | None = None) -> state.Varia
         A :class:`Variable`.
     """
     dtype = check_dtype(dtype)
-    return state.variable(jnp.zeros(_variable_shape(shape, "zeros"), dtype), dtype, name)
+    return state.variable(jnp.zeros(check_variable_shape(shape, "zeros"), dtype), dtype, name)
 
 
 def ones(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
@@ -49,7 +41,7 @@ def ones(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variab
         A :class:`Variable`.
     """
     dtype = check_dtype(dtype)
-    return state.variable(jnp.ones(_variable_shape(shape, "ones"), dtype), dtype, name)
+    return state.variable(jnp.ones(check_variable_shape(shape, "ones"), dtype), dtype, name)
 
 
 def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
@@ -64,7 +56,7 @@ def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable
         A :class:`Variable`.
     """
     dtype = check_dtype(dtype)
-    rows, columns = _variable_shape((size, size) if is_int(size) else size, "eye")
+    rows, columns = check_variable_shape((size, size) if is_int(size) else size, "eye")
     return state.variable(jnp.eye(rows, columns, dtype=dtype), dtype, name)
 
 

@@ -18,9 +18,9 @@ from jaxkeras.ops_common import (
     check_dtype,
     check_float_dtype,
     check_shape_arg,
+    check_variable_shape,
     concrete_dims,
     is_int,
-    is_symbolic,
 )
 
 __all__ = [
@@ -40,13 +40,6 @@ def _check_seed(seed: Any, fn: str) -> int | None:
     if seed is not None and not is_int(seed):
         raise ValueError(f"{fn}: seed must be an int or None, got {seed!r}")
     return None if seed is None else int(seed)
-
-
-def _check_variable_shape(shape: Any, fn: str) -> tuple:
-    shape = check_shape_arg(shape, fn)
-    if is_symbolic(shape) or any(is_symbolic(d) for d in shape):
-        raise ValueError(f"{fn}: a variable's shape must hold ints, got {shape!r}")
-    return shape
 
 
 @op(name="random_normal", random=True)
@@ -219,7 +212,7 @@ def random_uniform_variable(
     Returns:
         A :class:`Variable`.
     """
-    shape = _check_variable_shape(shape, "random_uniform_variable")
+    shape = check_variable_shape(shape, "random_uniform_variable")
     value = random_uniform(shape, low, high, dtype, seed)
     return state.variable(value, check_dtype(dtype), name)
 
@@ -245,6 +238,6 @@ def random_normal_variable(
     Returns:
         A :class:`Variable`.
     """
-    shape = _check_variable_shape(shape, "random_normal_variable")
+    shape = check_variable_shape(shape, "random_normal_variable")
     value = random_normal(shape, mean, scale, dtype, seed)
     return state.variable(value, check_dtype(dtype), name)

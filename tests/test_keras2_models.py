@@ -30,6 +30,7 @@ import jaxkeras  # noqa: E402
 @pytest.fixture(autouse=True)
 def _seeded():
     jaxkeras.set_random_seed(0)  # same initial weights whatever ran before in this process
+    np.random.seed(0)  # Keras shuffles batches with NumPy's global generator
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,9 @@ def test_filled_variables_dtype_and_name():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: K.zeros((2, None)), r"zeros: shape must be a tuple of ints >= 0, got \(2, None\)"),
-        (lambda: K.ones((-1,)), r"ones: shape must be a tuple of ints >= 0, got \(-1,\)"),
-        (lambda: K.eye("3"), "eye: shape must be a tuple of ints"),
+        (lambda: K.zeros((2, None)), r"zeros: .* tuple of ints >= 0, got \(2, None\)"),
+        (lambda: K.ones((-1,)), r"ones: .* tuple of ints >= 0, got \(-1,\)"),
+        (lambda: K.eye("3"), "eye: .*shape must be a tuple of ints"),
     ],
 )
 def test_filled_variables_reject_bad_shapes(call, message):

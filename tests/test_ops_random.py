@@ -149,7 +149,7 @@ def test_random_variables():
         (
             lambda: K.random_normal_variable(K.shape(K.placeholder((None,))), 0, 1),
             ValueError,
-            "a variable's shape must hold ints",
+            "a variable's shape must be a tuple of ints",
         ),
     ],
 )
