@@ -220,3 +220,23 @@ def test_callbacks_that_touch_variables(digits):
     )
     model.fit(x_train, y_train, epochs=2, batch_size=64, verbose=0, callbacks=[plateau])
     np.testing.assert_allclose(KB.get_value(model.optimizer.lr), 0.01 / 3 / 2, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_recurrent_layers_see_new_weights_after_compiling(cell):
+    # LSTM/GRU slice their kernels once when built; the compiled predict function must still
+    # read the weights as they are when it runs.
+    x = np.random.default_rng(0).normal(size=(4, 5, 3)).astype("float32")
+
+    def build():
+        return Sequential([getattr(layers, cell)(6, input_shape=(5, 3))])
+
+    model = build()
+    before = model.predict(x)  # compiles the predict function
+    new_weights = [w * 1.5 + 0.1 for w in model.get_weights()]
+    model.set_weights(new_weights)
+    after = model.predict(x)
+    fresh = build()
+    fresh.set_weights(new_weights)
+    np.testing.assert_allclose(after, fresh.predict(x), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(after, before)
