@@ -173,7 +173,7 @@ class Function:
 
 def _to_numpy(value: Any) -> Any:
     """A NumPy array, or a NumPy scalar for 0-d values (as TF sessions returned them)."""
-    array = np.asarray(value)
+    array = state.to_numpy(value)
     return array[()] if array.ndim == 0 else array
 
 
@@ -395,7 +395,7 @@ def eval_with_feeds(fetches: Any, feed_dict: dict) -> Any:
         else:
             state.set_value(target, value)
     if scope is None:
-        results = [np.array(r, copy=True) for r in results]
+        results = [state.to_numpy(r) for r in results]
     return jax.tree_util.tree_unflatten(treedef, results)
 
 

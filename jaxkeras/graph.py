@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import export
+from jax.experimental import sparse
 from jax.extend.core import get_opaque_trace_state
 
 # ---------------------------------------------------------------------------------------------
@@ -237,6 +238,7 @@ class Symbolic:
     """
 
     _uses_learning_phase = False
+    _sparse = False  # whether its values are sparse (jax.experimental.sparse.BCOO)
     __array_priority__ = 100  # so that numpy scalars defer to our operators
 
     @property
@@ -513,7 +515,7 @@ class ItemTensor(Tensor):
         return (self._parent,)
 
     def _compute(self, ctx: Context, memo: dict) -> Any:
-        return jax.tree_util.tree_leaves(memo[self._parent])[self._index]
+        return jax.tree_util.tree_leaves(memo[self._parent], is_leaf=is_bcoo)[self._index]
 
 
 class MultiOutput(Tensor):
@@ -606,10 +608,47 @@ def _has_tracer(values: Sequence[Any]) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values))
 
 
+def is_bcoo(x: Any) -> bool:
+    """Whether ``x`` is a sparse (BCOO) array."""
+    return isinstance(x, sparse.BCOO)
+
+
+def _sparse_aware(fn: Callable) -> Callable:
+    """``fn`` for sparse inputs: JAX's sparse rules where they exist, else dense inputs.
+
+    Only array arguments go through ``sparsify``; static ones (axes, shapes) stay Python values.
+    """
+
+    def run(*args, **kwargs):
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_bcoo)
+        positions = [
+            i for i, v in enumerate(leaves) if is_bcoo(v) or isinstance(v, (jax.Array, np.ndarray))
+        ]
+
+        def on_arrays(*arrays):
+            values = list(leaves)
+            for i, a in zip(positions, arrays):
+                values[i] = a
+            a, k = jax.tree_util.tree_unflatten(treedef, values)
+            return fn(*a, **k)
+
+        arrays = [leaves[i] for i in positions]
+        try:
+            return sparse.sparsify(on_arrays)(*arrays)
+        except NotImplementedError:
+            return on_arrays(*[v.todense() if is_bcoo(v) else v for v in arrays])
+
+    return run
+
+
 def _call(fn, treedef, values, salt, ctx: Context | None) -> Any:
     args, kwargs = jax.tree_util.tree_unflatten(treedef, values)
     if salt is not None:
         kwargs = dict(kwargs, key=(ctx or Context()).key(salt))
+    if not getattr(fn, "handles_sparse", False) and any(
+        is_bcoo(v) for v in jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_bcoo)
+    ):
+        fn = _sparse_aware(fn)
     if _has_tracer(values) or salt is not None:
         return fn(*args, **kwargs)
     # Inputs known at trace time (shapes, constants): fold them now, so that shape arithmetic
@@ -649,9 +688,20 @@ def _cache_key(fn, treedef, leaves) -> Any:
     return (fn, treedef, tuple(parts))
 
 
-def _spec_for(leaf: Symbolic, dims: Callable[[], Any]) -> jax.ShapeDtypeStruct:
-    shape = tuple(dims() if d is None else d for d in leaf._shape)
-    return jax.ShapeDtypeStruct(shape, jnp.dtype(leaf._dtype))
+def _spec_shape(leaf: Symbolic, dims: Callable[[], Any]) -> tuple:
+    return tuple(dims() if d is None else d for d in leaf._shape)
+
+
+def _spec_for(leaf: Symbolic, dims: Callable[[], Any]) -> Any:
+    """An abstract value for ``leaf``: an array spec, or (data, indices) specs when sparse."""
+    shape = _spec_shape(leaf, dims)
+    if not leaf._sparse:
+        return jax.ShapeDtypeStruct(shape, jnp.dtype(leaf._dtype))
+    nse = getattr(leaf, "_nse", 1)
+    return (
+        jax.ShapeDtypeStruct((nse,), jnp.dtype(leaf._dtype)),
+        jax.ShapeDtypeStruct((nse, len(shape)), jnp.int32),
+    )
 
 
 _STATIC_WALK_LIMIT = 64
@@ -703,10 +753,11 @@ def _eval_shape(fn, treedef, leaves, salt, dims: Callable[[], Any], fill: int | 
             else:
                 values[i] = static
     specs = [_spec_for(leaves[i], dims) for i in sym_positions]
+    sparse_shapes = {i: _spec_shape(leaves[i], dims) for i in sym_positions if leaves[i]._sparse}
 
     def run(*sym_values):
         for i, v in zip(sym_positions, sym_values):
-            values[i] = v
+            values[i] = sparse.BCOO(v, shape=sparse_shapes[i]) if i in sparse_shapes else v
         with Context(rng=jax.random.PRNGKey(0), learning_phase=0) as ctx:
             return _call(fn, treedef, values, salt, ctx)
 
@@ -714,8 +765,10 @@ def _eval_shape(fn, treedef, leaves, salt, dims: Callable[[], Any], fill: int | 
 
 
 def _dims_from(out_specs_a, out_specs_b=None) -> list:
-    leaves_a = jax.tree_util.tree_leaves(out_specs_a)
-    leaves_b = jax.tree_util.tree_leaves(out_specs_b) if out_specs_b is not None else None
+    leaves_a = jax.tree_util.tree_leaves(out_specs_a, is_leaf=is_bcoo)
+    leaves_b = (
+        jax.tree_util.tree_leaves(out_specs_b, is_leaf=is_bcoo) if out_specs_b is not None else None
+    )
     result = []
     for i, spec in enumerate(leaves_a):
         dims = []
@@ -725,7 +778,7 @@ def _dims_from(out_specs_a, out_specs_b=None) -> list:
                 dims.append(None)
             else:
                 dims.append(int(d))
-        result.append((tuple(dims), jnp.dtype(spec.dtype).name))
+        result.append((tuple(dims), jnp.dtype(spec.dtype).name, is_bcoo(spec)))
     return result
 
 
@@ -745,7 +798,7 @@ def infer_shapes(fn, treedef, leaves, salt) -> tuple[Any, list]:
     try:
         (sym,) = export.symbolic_shape("b")
         out = _eval_shape(fn, treedef, leaves, salt, lambda: sym, None)
-        result = (jax.tree_util.tree_structure(out), _dims_from(out))
+        result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
     except Exception:
         # Unknown dimensions that the op cannot reason about symbolically: run it twice with
         # two unlikely sizes; dimensions that differ between the runs are unknown.
@@ -763,7 +816,7 @@ def infer_shapes(fn, treedef, leaves, salt) -> tuple[Any, list]:
                 ),
                 out_a,
             )
-        result = (jax.tree_util.tree_structure(out_a), _dims_from(out_a, out_b))
+        result = (jax.tree_util.tree_structure(out_a, is_leaf=is_bcoo), _dims_from(out_a, out_b))
     if key is not None:
         _shape_cache[key] = result
         if len(_shape_cache) > _SHAPE_CACHE_SIZE:
@@ -827,10 +880,15 @@ def record(
 def _record_node(fn, treedef, leaves, salt, name) -> Any:
     out_tree, outs = infer_shapes(fn, treedef, leaves, salt)
     if out_tree.num_leaves == 1 and jax.tree_util.treedef_is_leaf(out_tree):
-        shape, dtype = outs[0]
-        return OpTensor(fn, treedef, leaves, salt, shape, dtype, name)
+        shape, dtype, is_sparse = outs[0]
+        node = OpTensor(fn, treedef, leaves, salt, shape, dtype, name)
+        node._sparse = is_sparse
+        return node
     node = MultiOpTensor(fn, treedef, leaves, salt, None, "multi", name)
-    items = [ItemTensor(node, i, shape, dtype) for i, (shape, dtype) in enumerate(outs)]
+    items = []
+    for i, (shape, dtype, is_sparse) in enumerate(outs):
+        items.append(ItemTensor(node, i, shape, dtype))
+        items[-1]._sparse = is_sparse
     return jax.tree_util.tree_unflatten(out_tree, items)
 
 

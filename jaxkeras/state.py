@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import sparse
 
 from jaxkeras import config, graph
 from jaxkeras.graph import Context, Symbolic, Tensor, standardize_dtype
@@ -80,14 +81,24 @@ def set_random_seed(seed: int) -> None:
     graph.reset_salts()
 
 
-def _copy_to_device(value: Any, dtype: str) -> jax.Array:
+def _copy_to_device(value: Any, dtype: str) -> Any:
     if isinstance(value, jax.core.Tracer):
         raise ValueError(
             "cannot write a traced value into the variable store: inside jax.jit/vmap/grad, "
             "use K.state_scope(values) and K.update(...) so that new values are returned "
             "instead of written"
         )
+    if hasattr(value, "tocoo"):  # SciPy sparse: kept sparse
+        value = sparse.BCOO.from_scipy_sparse(value)
+    if graph.is_bcoo(value):
+        parts = (jnp.array(value.data, dtype=dtype, copy=True), jnp.array(value.indices, copy=True))
+        return sparse.BCOO(parts, shape=value.shape)
     return jnp.array(np.asarray(value), dtype=dtype, copy=True)
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A NumPy copy of a value; sparse values come out dense."""
+    return np.array(value.todense() if graph.is_bcoo(value) else value, copy=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,6 +174,9 @@ class Variable(Symbolic):
         self.name = name
         self._shape = tuple(value.shape)
         self._dtype = value.dtype.name
+        if graph.is_bcoo(value):
+            self._sparse = True
+            self._nse = value.nse
         self.constraint = constraint
         self.trainable = trainable
         _store.values[name] = value
@@ -232,8 +246,6 @@ def variable(
     dtype = standardize_dtype(dtype or config.floatx())
     if constraint is not None and not callable(constraint):
         raise TypeError(f"variable: constraint must be callable, got {constraint!r}")
-    if hasattr(value, "tocoo"):  # scipy sparse
-        value = value.toarray()
     data = _copy_to_device(_value_of(value), dtype)
     full = _store.unique_name(scoped_name(name or "variable"))
     return Variable(data, full, constraint, trainable)
@@ -255,8 +267,8 @@ def get_value(x: Any) -> np.ndarray:
         A ``numpy.ndarray`` that shares no memory with the store.
     """
     if isinstance(x, Variable):
-        return np.array(x.value(), copy=True)
-    return np.array(_value_of(x), copy=True)
+        return to_numpy(x.value())
+    return to_numpy(_value_of(x))
 
 
 def batch_get_value(xs: Sequence[Any]) -> list[np.ndarray]:
@@ -271,15 +283,18 @@ def batch_get_value(xs: Sequence[Any]) -> list[np.ndarray]:
     return [get_value(x) for x in xs]
 
 
-def _checked_value(x: Variable, value: Any, fn: str) -> jax.Array:
+def _checked_value(x: Variable, value: Any, fn: str) -> Any:
     value = _value_of(value)
-    data = np.asarray(value) if not isinstance(value, jax.core.Tracer) else value
-    if tuple(data.shape) != x.shape:
+    if not (isinstance(value, jax.core.Tracer) or hasattr(value, "tocoo") or graph.is_bcoo(value)):
+        value = np.asarray(value)
+    if tuple(value.shape) != x.shape:
         raise ValueError(
-            f"{fn}: value of shape {tuple(data.shape)} does not fit variable {x.name!r} "
+            f"{fn}: value of shape {tuple(value.shape)} does not fit variable {x.name!r} "
             f"of shape {x.shape}"
         )
-    return _copy_to_device(data, x.dtype)
+    if x._sparse and isinstance(value, np.ndarray):
+        value = sparse.BCOO.fromdense(value)  # a sparse variable stays sparse
+    return _copy_to_device(value, x.dtype)
 
 
 def set_value(x: Variable, value: Any) -> None:

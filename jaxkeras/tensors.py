@@ -197,9 +197,12 @@ def is_sparse(x: Any) -> bool:
     return bool(getattr(x, "_sparse", False)) or isinstance(x, sparse.BCOO)
 
 
-@op
-def _densify(x: Any) -> Any:
+def _densify_body(x: Any) -> Any:
     return x.todense() if hasattr(x, "todense") else jnp.asarray(x)
+
+
+_densify_body.handles_sparse = True
+_densify = op(_densify_body, name="to_dense")
 
 
 def to_dense(x: Any) -> Any:

@@ -35,8 +35,6 @@ EXCLUDED = {
     "backends with each other (KTF, KTH)",
     "test_arange": "asks for int64/float64 arrays, which JAX makes only in x64 mode; it runs "
     "separately with JAX_ENABLE_X64=1 below",
-    "test_sparse_concat": "expects K.variable(scipy_sparse) to stay sparse; jaxkeras variables "
-    "hold dense values (sparse placeholders and BCOO feeds are supported)",
 }
 
 pytestmark = pytest.mark.skipif(
