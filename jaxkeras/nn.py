@@ -19,6 +19,7 @@ from jax import lax
 
 from jaxkeras.config import epsilon, normalize_data_format
 from jaxkeras.graph import Symbolic, op
+from jaxkeras.ops_common import check_axis, is_int
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -56,22 +57,6 @@ def _static_float(value: Any, fn: str, arg: str) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}") from None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _axis(axis: Any, rank: int, fn: str, arg: str = "axis") -> int:
-    """Returns ``axis`` normalized to ``0..rank-1``; raises naming the bad value."""
-    if not _is_int(axis):
-        raise TypeError(f"{fn}: {arg} must be an int, got {axis!r}")
-    if not -rank <= axis < rank:
-        raise ValueError(
-            f"{fn}: {arg}={axis} is out of range for a tensor of rank {rank} "
-            f"(allowed: {-rank}..{rank - 1})"
-        )
-    return int(axis) % rank
 
 
 def _data_format(value: Any, fn: str) -> str:
@@ -221,7 +206,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
     Returns:
         A tensor of the shape of ``x`` whose entries along ``axis`` sum to 1.
     """
-    return _softmax(x, _axis(axis, ndim(x), "softmax"))
+    return _softmax(x, check_axis(axis, ndim(x), "softmax"))
 
 
 @op
@@ -337,7 +322,7 @@ def categorical_crossentropy(
             differ.
     """
     fn = "categorical_crossentropy"
-    axis = _axis(axis, ndim(output), fn)
+    axis = check_axis(axis, ndim(output), fn)
     if not _compatible(int_shape(target), int_shape(output)):
         raise ValueError(
             f"{fn}: target of shape {int_shape(target)} and output of shape "
@@ -385,7 +370,7 @@ def sparse_categorical_crossentropy(
     """
     fn = "sparse_categorical_crossentropy"
     out_shape = int_shape(output)
-    axis = _axis(axis, len(out_shape), fn)
+    axis = check_axis(axis, len(out_shape), fn)
     expected = out_shape[:axis] + out_shape[axis + 1 :]
     target_shape = int_shape(target)
     labels_shape = target_shape
@@ -453,7 +438,7 @@ def dropout(x: Any, level: float, noise_shape: Any = None, seed: int | None = No
     level = _static_float(level, "dropout", "level")
     if not 0.0 <= level < 1.0:
         raise ValueError(f"dropout: level must be in [0, 1), got {level!r}")
-    if seed is not None and not _is_int(seed):
+    if seed is not None and not is_int(seed):
         raise TypeError(f"dropout: seed must be an int or None, got {seed!r}")
     if noise_shape is not None:
         size = len(noise_shape) if isinstance(noise_shape, (list, tuple)) else None
@@ -608,7 +593,7 @@ def batch_normalization(
     """
     fn = "batch_normalization"
     x_shape = int_shape(x)
-    axis = _axis(axis, len(x_shape), fn)
+    axis = check_axis(axis, len(x_shape), fn)
     eps = _check_epsilon(epsilon, fn)
     if mean is None or var is None:
         raise ValueError(f"{fn}: mean and var are required, got mean={mean!r}, var={var!r}")
@@ -658,7 +643,7 @@ def normalize_batch_in_training(
     x_shape = int_shape(x)
     if isinstance(reduction_axes, numbers.Integral):
         reduction_axes = (reduction_axes,)
-    axes = tuple(_axis(a, len(x_shape), fn, "reduction_axes") for a in reduction_axes)
+    axes = tuple(check_axis(a, len(x_shape), fn, "reduction_axes") for a in reduction_axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{fn}: reduction_axes {reduction_axes!r} repeats an axis")
     eps = _check_epsilon(epsilon, fn)
@@ -684,7 +669,7 @@ def _is_pad_pair(value: Any) -> bool:
     return (
         isinstance(value, (list, tuple))
         and len(value) == 2
-        and all(_is_int(v) and v >= 0 for v in value)
+        and all(is_int(v) and v >= 0 for v in value)
     )
 
 
@@ -809,7 +794,7 @@ def _resize(x: Any, factors: tuple, first_axis: int, interpolation: str) -> Any:
 
 
 def _factor(value: Any, fn: str, arg: str) -> int:
-    if not (_is_int(value) and value >= 1):
+    if not (is_int(value) and value >= 1):
         raise ValueError(f"{fn}: {arg} must be a positive int, got {value!r}")
     return int(value)
 

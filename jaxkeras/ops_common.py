@@ -70,13 +70,29 @@ def normalize_axis(x: TensorLike, axis: Any, fn: str, arg: str = "axis", extra: 
     Raises:
         ValueError: when ``axis`` is not an int or is out of range.
     """
-    rank = ndim(x) + extra
+    return check_axis(axis, ndim(x) + extra, fn, arg, f"shape {int_shape(x)}")
+
+
+def check_axis(axis: Any, rank: int, fn: str, arg: str = "axis", what: str = "") -> int:
+    """Checks an axis for ``rank`` dimensions and returns it as a non-negative int.
+
+    Args:
+        axis: an int in ``[-rank, rank)``.
+        rank: the number of axes it may index.
+        fn: the op name, for error messages.
+        arg: the argument name, for error messages.
+        what: a description of the tensor, for error messages (e.g. its shape).
+
+    Raises:
+        ValueError: when ``axis`` is not an int or is out of range.
+    """
     if not is_int(axis):
         raise ValueError(f"{fn}: {arg} must be an int, got {axis!r}")
     if not -rank <= axis < rank:
+        detail = f" ({what})" if what else ""
         raise ValueError(
-            f"{fn}: {arg}={axis} is out of range for a tensor of rank {ndim(x)} "
-            f"(shape {int_shape(x)}); expected an int in [{-rank}, {rank})"
+            f"{fn}: {arg}={axis} is out of range for {rank} axes{detail}; "
+            f"expected an int in [{-rank}, {rank})"
         )
     return int(axis) % rank
 
