@@ -645,9 +645,7 @@ def _call(fn, treedef, values, salt, ctx: Context | None) -> Any:
     args, kwargs = jax.tree_util.tree_unflatten(treedef, values)
     if salt is not None:
         kwargs = dict(kwargs, key=(ctx or Context()).key(salt))
-    if not getattr(fn, "handles_sparse", False) and any(
-        is_bcoo(v) for v in jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_bcoo)
-    ):
+    if not getattr(fn, "handles_sparse", False) and any(is_bcoo(v) for v in values):
         fn = _sparse_aware(fn)
     if _has_tracer(values) or salt is not None:
         return fn(*args, **kwargs)
@@ -855,7 +853,10 @@ def record(
     Returns:
         The value, or a :class:`Tensor` (or a pytree of them for ops with several outputs).
     """
-    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_symbolic)
+    # Sparse arrays stay whole leaves, so that _call sees them without walking the tree again.
+    leaves, treedef = jax.tree_util.tree_flatten(
+        (args, kwargs), is_leaf=lambda v: _is_symbolic(v) or is_bcoo(v)
+    )
     for mapping in reversed(_thread.substitutions):
         leaves = [mapping.get(leaf, leaf) if _is_symbolic(leaf) else leaf for leaf in leaves]
     ctx = active_context()
