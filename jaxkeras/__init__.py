@@ -6,6 +6,15 @@ loads this module as an external backend with ``KERAS_BACKEND=jaxkeras``.
 
 from jaxkeras import config as _config
 from jaxkeras import keras2 as _keras2
+from jaxkeras.compat import (
+    Session,
+    clear_session,
+    eager,
+    get_session,
+    manual_variable_initialization,
+    set_session,
+    symbolic,
+)
 from jaxkeras.config import (
     epsilon,
     floatx,
@@ -21,35 +30,31 @@ from jaxkeras.function import Function, eval, function, gradients, stop_gradient
 from jaxkeras.graph import Tensor, op
 from jaxkeras.nn import *  # noqa: F403
 from jaxkeras.ops import *  # noqa: F403
+from jaxkeras.phase import (
+    in_test_phase,
+    in_train_phase,
+    learning_phase,
+    learning_phase_scope,
+    set_learning_phase,
+)
 from jaxkeras.rnn import *  # noqa: F403
 from jaxkeras.state import (
     Update,
     Variable,
     batch_get_value,
     batch_set_value,
-    clear_session,
     control_dependencies,
     count_params,
-    eager,
-    get_session,
     get_state,
     get_uid,
     get_value,
-    in_test_phase,
-    in_train_phase,
-    learning_phase,
-    learning_phase_scope,
-    manual_variable_initialization,
     moving_average_update,
     name_scope,
     reset_uids,
-    set_learning_phase,
     set_random_seed,
-    set_session,
     set_state,
     set_value,
     state_scope,
-    symbolic,
     update,
     update_add,
     update_sub,

@@ -17,24 +17,26 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras.checks import (
+    PADDINGS,
+    check_choice,
+    check_data_format,
+    check_int_tuple,
+    check_padding,
+    check_rank,
+    check_same_size,
+)
 from jaxkeras.graph import Symbolic, op
 from jaxkeras.local_conv import local_conv1d, local_conv2d
 from jaxkeras.pool import pool2d, pool3d
 from jaxkeras.spatial import (
-    PADDINGS,
     channel_axis,
-    check_equal,
-    choice_arg,
     common_dtype,
-    data_format_arg,
     dimension_numbers,
     effective_size,
-    int_tuple,
     lower,
     output_size,
     pad_spatial,
-    padding_arg,
-    shape_of,
     spatial_axes,
     window_pads,
     window_slices,
@@ -212,11 +214,11 @@ class _Spec:
     ) -> None:
         self.fn = fn
         self.n = n
-        self.data_format = data_format_arg(data_format, fn)
-        self.padding = padding_arg(padding, fn, paddings)
-        self.strides = int_tuple(strides, n, "strides", fn)
-        self.dilation = int_tuple(dilation_rate, n, "dilation_rate", fn)
-        self.x_shape = shape_of(x, n + 2, "x", fn, _data_layout(n, self.data_format))
+        self.data_format = check_data_format(fn, data_format)
+        self.padding = check_padding(fn, padding, allowed=paddings)
+        self.strides = check_int_tuple(fn, "strides", strides, n)
+        self.dilation = check_int_tuple(fn, "dilation_rate", dilation_rate, n)
+        self.x_shape = check_rank(fn, "x", x, n + 2, layout=_data_layout(n, self.data_format))
 
     @property
     def channels(self) -> int | None:
@@ -230,7 +232,9 @@ class _Spec:
 
     def kernel(self, kernel: Any, layout: str, arg: str = "kernel") -> tuple:
         """The static shape of a kernel, after checking its rank against ``layout``."""
-        return shape_of(kernel, self.n + 2, arg, self.fn, f"({_KERNEL_SPATIAL[self.n]}, {layout})")
+        return check_rank(
+            self.fn, arg, kernel, self.n + 2, layout=f"({_KERNEL_SPATIAL[self.n]}, {layout})"
+        )
 
     def check_window(self, sizes: Sequence[int | None], kernel_shape: tuple) -> None:
         """Checks the dilated window fits the (padded) input where sizes are known."""
@@ -256,9 +260,9 @@ def _plain_conv(
     paddings: Sequence[str] = PADDINGS,
 ):
     spec = _Spec(fn, n, x, strides, padding, data_format, dilation_rate, paddings)
-    choice_arg(lowering, LOWERINGS, "lowering", fn)
+    check_choice(fn, "lowering", lowering, allowed=LOWERINGS)
     k_shape = spec.kernel(kernel, "in_channels, out_channels")
-    check_equal(spec.channels, k_shape[n], "input channels of x and kernel", fn)
+    check_same_size(fn, "input channels of x and kernel", spec.channels, k_shape[n])
     spec.check_window(spec.sizes, k_shape)
     return _conv(x, kernel, spec.strides, spec.padding, spec.dilation, spec.data_format, lowering)
 
@@ -268,7 +272,7 @@ def _depthwise_spec(
 ) -> tuple[_Spec, tuple]:
     spec = _Spec(fn, n, x, strides, padding, data_format, dilation_rate)
     d_shape = spec.kernel(depthwise_kernel, "in_channels, multiplier", "depthwise_kernel")
-    check_equal(spec.channels, d_shape[n], "input channels of x and depthwise_kernel", fn)
+    check_same_size(fn, "input channels of x and depthwise_kernel", spec.channels, d_shape[n])
     spec.check_window(spec.sizes, d_shape)
     return spec, d_shape
 
@@ -295,11 +299,11 @@ def _separable(
             f"{fn}: pointwise_kernel must be 1 in every spatial dimension, got shape {p_shape}"
         )
     depth = None if None in d_shape[n:] else d_shape[n] * d_shape[n + 1]
-    check_equal(
+    check_same_size(
+        fn,
+        "depthwise output channels (in_channels * multiplier) and pointwise_kernel input channels",
         depth,
         p_shape[n],
-        "depthwise output channels (in_channels * multiplier) and pointwise_kernel input channels",
-        fn,
     )
     return _separable_conv(
         x,
@@ -324,18 +328,18 @@ def _transpose(
 ):
     spec = _Spec(fn, n, x, strides, padding, data_format, dilation_rate)
     k_shape = spec.kernel(kernel, "out_channels, in_channels")
-    check_equal(spec.channels, k_shape[n + 1], "input channels of x and kernel (last axis)", fn)
+    check_same_size(fn, "input channels of x and kernel (last axis)", spec.channels, k_shape[n + 1])
     if output_shape is None or len(output_shape) != n + 2:
         raise ValueError(
             f"{fn}: output_shape must hold {n + 2} sizes "
             f"{_data_layout(n, spec.data_format)}, got {output_shape!r}"
         )
     out = [output_shape[i] for i in range(n + 2)]
-    check_equal(
+    check_same_size(
+        fn,
+        "output channels of output_shape and kernel (axis -2)",
         _static_size(out[channel_axis(n, spec.data_format)]),
         k_shape[n],
-        "output channels of output_shape and kernel (axis -2)",
-        fn,
     )
     out_sizes = [out[a] for a in spatial_axes(n, spec.data_format)]
     if any(size is None for size in out_sizes):

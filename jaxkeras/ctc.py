@@ -17,8 +17,10 @@ from jax import lax
 from jax.experimental import sparse
 
 from jaxkeras import graph
+from jaxkeras.checks import (
+    check_int,
+)
 from jaxkeras.config import epsilon
-from jaxkeras.graph import OpTensor, Symbolic
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = ["ctc_batch_cost", "ctc_decode", "ctc_label_dense_to_sparse"]
@@ -236,12 +238,6 @@ def _beam_body(y_pred, input_length, *, eps, beam_width, top_paths):
     return [paths[:, k] for k in range(top_paths)], scores
 
 
-def _positive_int(value: Any, arg: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"ctc_decode: {arg} must be a positive int, got {value!r}")
-    return int(value)
-
-
 def ctc_decode(
     y_pred: Any,
     input_length: Any,
@@ -285,8 +281,8 @@ def ctc_decode(
         return graph.record(
             _greedy_body, (y_pred, input_length), dict(eps=epsilon()), name="ctc_greedy_decode"
         )
-    beam_width = _positive_int(beam_width, "beam_width")
-    top_paths = _positive_int(top_paths, "top_paths")
+    beam_width = check_int("ctc_decode", "beam_width", beam_width, minimum=1)
+    top_paths = check_int("ctc_decode", "top_paths", top_paths, minimum=1)
     if top_paths > beam_width:
         raise ValueError(
             f"ctc_decode: top_paths ({top_paths}) must not exceed beam_width ({beam_width})"
@@ -338,13 +334,4 @@ def ctc_label_dense_to_sparse(labels: Any, label_lengths: Any) -> Any:
     data, indices = graph.record(
         _sparse_parts, (labels, label_lengths), {}, name="ctc_label_dense_to_sparse"
     )
-    if not isinstance(data, Symbolic):
-        return _assemble(data, indices, labels)
-    leaves, treedef = jax.tree_util.tree_flatten(
-        ((data, indices, labels), {}), is_leaf=lambda x: isinstance(x, Symbolic)
-    )
-    node = OpTensor(
-        _assemble, treedef, leaves, None, int_shape(labels), data.dtype, "ctc_sparse_labels"
-    )
-    node._sparse = True
-    return node
+    return graph.record(_assemble, (data, indices, labels), {}, name="ctc_sparse_labels")

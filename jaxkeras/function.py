@@ -9,13 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import sparse
 
 from jaxkeras import graph, state
+from jaxkeras.checks import check_fits, compatible
 from jaxkeras.graph import (
     Context,
-    ItemTensor,
+    GradNode,
     LearningPhase,
-    MultiOutput,
     Placeholder,
     Symbolic,
     evaluate,
@@ -103,13 +104,7 @@ class Function:
         n_out = len(self.outputs)
         new_state = dict(state_values)
         for (target, _), value in zip(self.updates, values[n_out:]):
-            value = jnp.asarray(value, dtype=target.dtype)
-            if value.shape != target.shape:
-                raise ValueError(
-                    f"update of variable {target.name!r}: new value has shape {value.shape}, "
-                    f"the variable {target.shape}"
-                )
-            new_state[target.name] = value
+            new_state[target.name] = _new_value(target, value)
         return values[:n_out], new_state
 
     def _traced(self, state_values, rng, feeds, learning_phase=None):
@@ -130,14 +125,10 @@ class Function:
                 array = np.asarray(value, dtype=x.dtype)
             except (TypeError, ValueError) as err:
                 raise TypeError(f"feed for {x.name!r} cannot be cast to {x.dtype}: {err}") from None
-        expected = x.shape
-        if expected is not None and (
-            array.ndim != len(expected)
-            or any(e is not None and e != a for e, a in zip(expected, array.shape))
-        ):
+        if not compatible(array.shape, x.shape):
             raise ValueError(
                 f"feed for {x.name!r} has shape {tuple(array.shape)}, but {x.name!r} "
-                f"has shape {expected}"
+                f"has shape {x.shape}"
             )
         return array
 
@@ -222,74 +213,6 @@ def function(
 # gradients
 
 
-class GradNode(MultiOutput):
-    """The gradients of ``sum(loss)`` with respect to ``xs``: ``jax.grad`` of a graph replay.
-
-    The replay adds a zero delta to each of ``xs`` and differentiates with respect to the
-    deltas, so each gradient is the total derivative (through the other ``xs`` too, as in TF).
-    Nodes that do not depend on ``xs`` are taken from the enclosing evaluation.
-    """
-
-    _kind = "gradients"
-
-    def __init__(self, loss: Symbolic, xs: list[Symbolic]) -> None:
-        super().__init__(None, "multi")
-        self._loss = loss
-        self._xs = xs
-        order = topological_order([loss], None, {})
-        targets = set(xs)
-        dependent = set()
-        for node in order:
-            if node in targets or any(p in dependent for p in node._inputs()):
-                dependent.add(node)
-        self._dependent = dependent
-        self._downstream = {x for x in xs if any(p in dependent for p in x._inputs())}
-        needs = dict.fromkeys(xs)
-        for node in order:
-            if node in dependent:
-                needs.update((p, None) for p in node._inputs() if p not in dependent)
-        self._needs = tuple(needs)
-        self._has_placeholder = loss._has_placeholder or any(x._has_placeholder for x in xs)
-        self._uses_learning_phase = loss._uses_learning_phase
-
-    def _inputs(self):
-        return (self._loss, *self._xs)
-
-    def _deps(self, ctx: Context):
-        # What the replay reads; the loss itself is computed by the replay (see _compute).
-        return self._needs
-
-    def _compute(self, ctx: Context, memo: dict) -> Any:
-        base = {k: v for k, v in memo.items() if k not in self._dependent}
-        xs = self._xs
-        replayed: list = []
-
-        def total(*deltas):
-            replay, perturb = dict(base), {}
-            for x, delta in zip(xs, deltas):
-                if x in self._downstream:
-                    perturb[x] = delta
-                else:
-                    replay[x] = memo[x] + delta
-            (loss,) = evaluate([self._loss], ctx, replay, perturb)
-            replayed[:] = [n for n in replay if n in self._dependent and _is_array_tree(replay[n])]
-            return jnp.sum(loss), [replay[n] for n in replayed]
-
-        zeros = [jnp.zeros_like(memo[x]) for x in xs]
-        (_, values), grads = jax.value_and_grad(total, argnums=tuple(range(len(xs))), has_aux=True)(
-            *zeros
-        )
-        # The replay's forward values are the enclosing evaluation's too (the deltas are zero):
-        # hand them over so that outputs sharing the forward pass do not compute it again.
-        for node, value in zip(replayed, values):
-            memo.setdefault(node, value)
-        return grads
-
-
-def _is_array_tree(value: Any) -> bool:
-    return all(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(value))
-
-
 def gradients(loss: Any, variables: Sequence[Any]) -> list[Any]:
     """Returns the gradients of ``loss`` (summed when not scalar) with respect to ``variables``.
 
@@ -311,13 +234,7 @@ def gradients(loss: Any, variables: Sequence[Any]) -> list[Any]:
             raise TypeError(f"gradients: variables must be variables or tensors, got {x!r}")
     if not isinstance(loss, Symbolic):
         return [None] * len(xs)
-    ancestors = set(topological_order([loss], None, {}))
-    connected = [x for x in dict.fromkeys(xs) if x in ancestors]
-    if not connected:
-        return [None] * len(xs)
-    node = GradNode(loss, connected)
-    items = {x: ItemTensor(node, i, x.shape, x.dtype) for i, x in enumerate(connected)}
-    return [items.get(x) for x in xs]
+    return graph.gradient_nodes(loss, xs)
 
 
 _stop_gradient = op(lambda x: lax.stop_gradient(x), name="stop_gradient")
@@ -341,16 +258,17 @@ def stop_gradient(variables: Any) -> Any:
 # eval
 
 
-def _apply_update(update: Update, ctx: Context, memo: dict) -> Any:
-    (value,) = evaluate([update.value], ctx, memo)
-    target = update.variable
+def _new_value(target: Variable, value: Any) -> Any:
+    """An update's computed value, cast to its variable's dtype and checked against its shape."""
     value = jnp.asarray(value, dtype=target.dtype)
     if value.shape != target.shape:
-        raise ValueError(
-            f"update of variable {target.name!r}: new value has shape "
-            f"{value.shape}, the variable {target.shape}"
-        )
+        check_fits("update", "new value", value.shape, target)
     return value
+
+
+def _apply_update(update: Update, ctx: Context, memo: dict) -> Any:
+    (value,) = evaluate([update.value], ctx, memo)
+    return _new_value(update.variable, value)
 
 
 def eval(x: Any) -> Any:
@@ -401,8 +319,6 @@ def eval_with_feeds(fetches: Any, feed_dict: dict) -> Any:
 
 def to_sparse_value(value: Any, dtype: str) -> Any:
     """Converts a feed for a sparse placeholder (SciPy sparse, BCOO or dense) to a BCOO array."""
-    from jax.experimental import sparse
-
     if isinstance(value, sparse.BCOO):
         return value.astype(dtype)
     if hasattr(value, "tocoo"):

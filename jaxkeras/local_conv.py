@@ -13,14 +13,16 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from jaxkeras.checks import (
+    check_data_format,
+    check_int_tuple,
+    check_rank,
+    check_same_size,
+)
 from jaxkeras.graph import op
 from jaxkeras.spatial import (
     channel_axis,
-    check_equal,
     common_dtype,
-    data_format_arg,
-    int_tuple,
-    shape_of,
     spatial_axes,
     window_slices,
 )
@@ -46,17 +48,21 @@ def _local_conv(inputs, kernel, kernel_size, strides, out_sizes, data_format):
 
 
 def _local(fn: str, n: int, inputs, kernel, kernel_size, strides, output_shape, data_format):
-    data_format = data_format_arg(data_format, fn)
-    kernel_size = int_tuple(kernel_size, n, "kernel_size", fn)
-    strides = int_tuple(strides, n, "strides", fn)
-    out_sizes = int_tuple(output_shape, n, "output_shape", fn)
+    data_format = check_data_format(fn, data_format)
+    kernel_size = check_int_tuple(fn, "kernel_size", kernel_size, n)
+    strides = check_int_tuple(fn, "strides", strides, n)
+    out_sizes = check_int_tuple(fn, "output_shape", output_shape, n)
     layout = "(batch, spatial..., channels) or channels first"
-    shape = shape_of(inputs, n + 2, "inputs", fn, layout)
-    k_shape = shape_of(kernel, 3, "kernel", fn, "(output positions, window * channels, filters)")
-    check_equal(math.prod(out_sizes), k_shape[0], "output positions and kernel.shape[0]", fn)
+    shape = check_rank(fn, "inputs", inputs, n + 2, layout=layout)
+    k_shape = check_rank(
+        fn, "kernel", kernel, 3, layout="(output positions, window * channels, filters)"
+    )
+    check_same_size(fn, "output positions and kernel.shape[0]", math.prod(out_sizes), k_shape[0])
     channels = shape[channel_axis(n, data_format)]
     features = None if channels is None else math.prod(kernel_size) * channels
-    check_equal(features, k_shape[1], "prod(kernel_size) * input channels and kernel.shape[1]", fn)
+    check_same_size(
+        fn, "prod(kernel_size) * input channels and kernel.shape[1]", features, k_shape[1]
+    )
     for a, o, k, s in zip(spatial_axes(n, data_format), out_sizes, kernel_size, strides):
         if shape[a] is not None and (o - 1) * s + k > shape[a]:
             raise ValueError(
@@ -92,8 +98,12 @@ def local_conv1d(
         ValueError: for an unknown ``data_format``, bad ranks, or a kernel shape that does not
             match the input and window.
     """
-    k_shape = shape_of(
-        kernel, 3, "kernel", "local_conv1d", "(output_length, kernel_size * channels, filters)"
+    k_shape = check_rank(
+        "local_conv1d",
+        "kernel",
+        kernel,
+        3,
+        layout="(output_length, kernel_size * channels, filters)",
     )
     if k_shape[0] is None:
         raise ValueError("local_conv1d: the output length kernel.shape[0] must be known")

@@ -17,9 +17,19 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxkeras.config import epsilon, normalize_data_format
+from jaxkeras.checks import (
+    broadcastable,
+    check_axis,
+    check_data_format,
+    check_float,
+    check_int,
+    check_rank,
+    check_seed,
+    compatible,
+    is_int,
+)
+from jaxkeras.config import epsilon
 from jaxkeras.graph import Symbolic, op
-from jaxkeras.ops_common import check_axis, is_int
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -44,52 +54,6 @@ __all__ = [
     "tanh",
     "temporal_padding",
 ]
-
-# ---------------------------------------------------------------------------------------------
-# argument validation (runs before the op body, on static arguments and static shapes)
-
-
-def _static_float(value: Any, fn: str, arg: str) -> float:
-    """Returns ``value`` as a Python float; TypeError unless it is a concrete real number."""
-    if isinstance(value, (Symbolic, bool)) or np.ndim(value) != 0:
-        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}") from None
-
-
-def _data_format(value: Any, fn: str) -> str:
-    try:
-        return normalize_data_format(value)
-    except ValueError as err:
-        raise ValueError(f"{fn}: {err}") from None
-
-
-def _check_rank(x: Any, rank: int, fn: str) -> None:
-    if ndim(x) != rank:
-        raise ValueError(f"{fn}: x must have rank {rank}, got shape {int_shape(x)}")
-
-
-def _compatible(shape: Sequence, expected: Sequence) -> bool:
-    """Whether two static shapes can be equal (``None`` matches anything)."""
-    return len(shape) == len(expected) and all(
-        a is None or b is None or a == b for a, b in zip(shape, expected)
-    )
-
-
-def _broadcastable(shape: Sequence, target: Sequence) -> bool:
-    """Whether a static ``shape`` of the same rank broadcasts to ``target``."""
-    return len(shape) == len(target) and all(
-        a is None or b is None or a in (1, b) for a, b in zip(shape, target)
-    )
-
-
-def _check_epsilon(value: Any, fn: str) -> float:
-    eps = _static_float(value, fn, "epsilon")
-    if eps < 0:
-        raise ValueError(f"{fn}: epsilon must be >= 0, got {value!r}")
-    return eps
 
 
 def _first_spatial_axis(data_format: str) -> int:
@@ -121,7 +85,7 @@ def elu(x: Any, alpha: float = 1.0) -> Any:
     Returns:
         A tensor of the shape of ``x``.
     """
-    return _elu(x, _static_float(alpha, "elu", "alpha"))
+    return _elu(x, check_float("elu", "alpha", alpha))
 
 
 @op(name="relu")
@@ -156,10 +120,10 @@ def relu(x: Any, alpha: float = 0.0, max_value: float | None = None, threshold: 
         >>> K.relu(np.array([-2.0, 1.0, 8.0]), alpha=0.5, max_value=6.0)
         Array([-1.,  1.,  6.], dtype=float32)
     """
-    alpha = _static_float(alpha, "relu", "alpha")
-    threshold = _static_float(threshold, "relu", "threshold")
+    alpha = check_float("relu", "alpha", alpha)
+    threshold = check_float("relu", "threshold", threshold)
     if max_value is not None:
-        max_value = _static_float(max_value, "relu", "max_value")
+        max_value = check_float("relu", "max_value", max_value)
     return _relu(x, alpha, max_value, threshold)
 
 
@@ -206,7 +170,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
     Returns:
         A tensor of the shape of ``x`` whose entries along ``axis`` sum to 1.
     """
-    return _softmax(x, check_axis(axis, ndim(x), "softmax"))
+    return _softmax(x, check_axis("softmax", "axis", axis, ndim(x)))
 
 
 @op
@@ -322,8 +286,8 @@ def categorical_crossentropy(
             differ.
     """
     fn = "categorical_crossentropy"
-    axis = check_axis(axis, ndim(output), fn)
-    if not _compatible(int_shape(target), int_shape(output)):
+    axis = check_axis(fn, "axis", axis, ndim(output))
+    if not compatible(int_shape(target), int_shape(output)):
         raise ValueError(
             f"{fn}: target of shape {int_shape(target)} and output of shape "
             f"{int_shape(output)} must have the same shape"
@@ -370,13 +334,13 @@ def sparse_categorical_crossentropy(
     """
     fn = "sparse_categorical_crossentropy"
     out_shape = int_shape(output)
-    axis = check_axis(axis, len(out_shape), fn)
+    axis = check_axis(fn, "axis", axis, len(out_shape))
     expected = out_shape[:axis] + out_shape[axis + 1 :]
     target_shape = int_shape(target)
     labels_shape = target_shape
     if len(target_shape) == len(out_shape) and target_shape[-1] in (1, None):
         labels_shape = target_shape[:-1]
-    if not _compatible(labels_shape, expected):
+    if not compatible(labels_shape, expected):
         raise ValueError(
             f"{fn}: target of shape {target_shape} does not fit output of shape {out_shape} "
             f"with class axis {axis}: expected target shape {expected} (optionally with a "
@@ -394,7 +358,7 @@ def _noise_dims(x_shape: tuple, noise_shape: Any) -> tuple:
     if noise_shape is None:
         return x_shape
     dims = tuple(s if d is None else int(d) for d, s in zip(noise_shape, x_shape))
-    if len(noise_shape) != len(x_shape) or not _broadcastable(dims, x_shape):
+    if len(noise_shape) != len(x_shape) or not broadcastable(dims, x_shape):
         raise ValueError(
             f"dropout: noise_shape {dims} does not broadcast to the shape {x_shape} of x"
         )
@@ -435,11 +399,10 @@ def dropout(x: Any, level: float, noise_shape: Any = None, seed: int | None = No
     Raises:
         ValueError: if ``level`` is not in ``[0, 1)`` or ``noise_shape`` does not fit ``x``.
     """
-    level = _static_float(level, "dropout", "level")
+    level = check_float("dropout", "level", level)
     if not 0.0 <= level < 1.0:
         raise ValueError(f"dropout: level must be in [0, 1), got {level!r}")
-    if seed is not None and not is_int(seed):
-        raise TypeError(f"dropout: seed must be an int or None, got {seed!r}")
+    seed = check_seed("dropout", seed)
     if noise_shape is not None:
         size = len(noise_shape) if isinstance(noise_shape, (list, tuple)) else None
         if size is None and isinstance(noise_shape, Symbolic):
@@ -492,7 +455,7 @@ def bias_add(x: Any, bias: Any, data_format: str | None = None) -> Any:
             ``x`` (naming both shapes).
     """
     fn = "bias_add"
-    data_format = _data_format(data_format, fn)
+    data_format = check_data_format(fn, data_format)
     x_shape, b_shape = int_shape(x), int_shape(bias)
     if len(x_shape) < 2:
         raise ValueError(f"{fn}: x must have rank 2 or more, got shape {x_shape}")
@@ -508,7 +471,7 @@ def bias_add(x: Any, bias: Any, data_format: str | None = None) -> Any:
         expected = (*x_shape[2:], x_shape[1])
     else:
         expected = x_shape[1:]
-    if not _compatible(b_shape, expected):
+    if not compatible(b_shape, expected):
         raise ValueError(
             f"{fn}: bias of shape {b_shape} does not fit x of shape {x_shape} "
             f"({data_format}): expected a bias of shape {expected}"
@@ -554,10 +517,10 @@ def _check_parameter(p: Any, name: str, x_shape: tuple, axis: int, fn: str) -> N
     if len(shape) == 0:
         return
     if len(shape) == 1 and len(x_shape) > 1:
-        ok = _broadcastable(shape, (x_shape[axis],))
+        ok = broadcastable(shape, (x_shape[axis],))
         want = f"a 1-D tensor of length {x_shape[axis]}"
     else:
-        ok = _broadcastable(shape, x_shape)
+        ok = broadcastable(shape, x_shape)
         want = f"a tensor broadcastable to {x_shape}"
     if not ok:
         raise ValueError(
@@ -593,8 +556,8 @@ def batch_normalization(
     """
     fn = "batch_normalization"
     x_shape = int_shape(x)
-    axis = check_axis(axis, len(x_shape), fn)
-    eps = _check_epsilon(epsilon, fn)
+    axis = check_axis(fn, "axis", axis, len(x_shape))
+    eps = check_float(fn, "epsilon", epsilon, minimum=0)
     if mean is None or var is None:
         raise ValueError(f"{fn}: mean and var are required, got mean={mean!r}, var={var!r}")
     for name, p in (("mean", mean), ("var", var), ("beta", beta), ("gamma", gamma)):
@@ -643,10 +606,10 @@ def normalize_batch_in_training(
     x_shape = int_shape(x)
     if isinstance(reduction_axes, numbers.Integral):
         reduction_axes = (reduction_axes,)
-    axes = tuple(check_axis(a, len(x_shape), fn, "reduction_axes") for a in reduction_axes)
+    axes = tuple(check_axis(fn, "reduction_axes", a, len(x_shape)) for a in reduction_axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{fn}: reduction_axes {reduction_axes!r} repeats an axis")
-    eps = _check_epsilon(epsilon, fn)
+    eps = check_float(fn, "epsilon", epsilon, minimum=0)
     kept = [d for i, d in enumerate(x_shape) if i not in axes]
     for name, p in (("gamma", gamma), ("beta", beta)):
         if p is None or None in kept or None in int_shape(p):
@@ -686,7 +649,7 @@ def _pad_axes(x: Any, pairs: Sequence[tuple[int, int]], first_axis: int) -> Any:
 
 
 def _spatial_padding(x: Any, padding: Any, data_format: Any, rank: int, fn: str) -> Any:
-    data_format = _data_format(data_format, fn)
+    data_format = check_data_format(fn, data_format)
     n = rank - 2
     if not (
         isinstance(padding, (list, tuple))
@@ -697,7 +660,7 @@ def _spatial_padding(x: Any, padding: Any, data_format: Any, rank: int, fn: str)
             f"{fn}: padding must be {n} pairs of non-negative ints, one (before, after) per "
             f"spatial axis, e.g. {((1, 1),) * n}; got {padding!r}"
         )
-    _check_rank(x, rank, fn)
+    check_rank(fn, "x", x, rank)
     pairs = [(int(a), int(b)) for a, b in padding]
     return _pad_axes(x, pairs, _first_spatial_axis(data_format))
 
@@ -720,7 +683,7 @@ def temporal_padding(x: Any, padding: tuple[int, int] = (1, 1)) -> Any:
             "temporal_padding: padding must be a pair of non-negative ints (before, after), "
             f"got {padding!r}"
         )
-    _check_rank(x, 3, "temporal_padding")
+    check_rank("temporal_padding", "x", x, 3)
     return _pad_axes(x, [(int(padding[0]), int(padding[1]))], 1)
 
 
@@ -793,12 +756,6 @@ def _resize(x: Any, factors: tuple, first_axis: int, interpolation: str) -> Any:
     return jax.image.resize(_float_array(x), tuple(shape), method, antialias=False)
 
 
-def _factor(value: Any, fn: str, arg: str) -> int:
-    if not (is_int(value) and value >= 1):
-        raise ValueError(f"{fn}: {arg} must be a positive int, got {value!r}")
-    return int(value)
-
-
 def resize_images(
     x: Any,
     height_factor: int,
@@ -831,16 +788,16 @@ def resize_images(
             ``x``.
     """
     fn = "resize_images"
-    data_format = _data_format(data_format, fn)
+    data_format = check_data_format(fn, data_format)
     if interpolation not in _INTERPOLATIONS:
         raise ValueError(
             f"{fn}: interpolation must be one of {sorted(_INTERPOLATIONS)}, got {interpolation!r}"
         )
     factors = (
-        _factor(height_factor, fn, "height_factor"),
-        _factor(width_factor, fn, "width_factor"),
+        check_int(fn, "height_factor", height_factor, minimum=1),
+        check_int(fn, "width_factor", width_factor, minimum=1),
     )
-    _check_rank(x, 4, fn)
+    check_rank(fn, "x", x, 4)
     return _resize(x, factors, _first_spatial_axis(data_format), interpolation)
 
 
@@ -865,14 +822,14 @@ def resize_volumes(
         ValueError: for an invalid ``data_format`` or factor, or a non-5-D ``x``.
     """
     fn = "resize_volumes"
-    data_format = _data_format(data_format, fn)
+    data_format = check_data_format(fn, data_format)
     factors = tuple(
-        _factor(f, fn, arg)
+        check_int(fn, arg, f, minimum=1)
         for f, arg in (
             (depth_factor, "depth_factor"),
             (height_factor, "height_factor"),
             (width_factor, "width_factor"),
         )
     )
-    _check_rank(x, 5, fn)
+    check_rank(fn, "x", x, 5)
     return _resize(x, factors, _first_spatial_axis(data_format), "nearest")

@@ -12,8 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkeras.checks import (
+    check_int,
+)
 from jaxkeras.graph import op
-from jaxkeras.ops_common import TensorLike, check_int
+from jaxkeras.ops_common import (
+    TensorLike,
+)
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = ["identity", "print_tensor", "py_all", "py_sum", "switch"]
@@ -107,7 +112,7 @@ def print_tensor(x: TensorLike, message: str = "", summarize: int | None = 3) ->
     if summarize is None:
         summarize = 3
     elif summarize != -1:
-        summarize = check_int(summarize, "print_tensor", "summarize")
+        summarize = check_int("print_tensor", "summarize", summarize)
     return _print_tensor(x, message, summarize)
 
 

@@ -8,8 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkeras import state
+from jaxkeras.checks import (
+    check_dtype,
+    check_variable_shape,
+    is_int,
+)
 from jaxkeras.graph import op
-from jaxkeras.ops_common import TensorLike, check_dtype, check_variable_shape, is_int
+from jaxkeras.ops_common import (
+    TensorLike,
+)
 
 __all__ = ["arange", "eye", "ones", "ones_like", "zeros", "zeros_like"]
 
@@ -25,8 +32,8 @@ def zeros(shape: Any, dtype: Any = None, name: str | None = None) -> state.Varia
     Returns:
         A :class:`Variable`.
     """
-    dtype = check_dtype(dtype)
-    return state.variable(jnp.zeros(check_variable_shape(shape, "zeros"), dtype), dtype, name)
+    dtype = check_dtype("zeros", dtype)
+    return state.variable(jnp.zeros(check_variable_shape("zeros", shape), dtype), dtype, name)
 
 
 def ones(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
@@ -40,8 +47,8 @@ def ones(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variab
     Returns:
         A :class:`Variable`.
     """
-    dtype = check_dtype(dtype)
-    return state.variable(jnp.ones(check_variable_shape(shape, "ones"), dtype), dtype, name)
+    dtype = check_dtype("ones", dtype)
+    return state.variable(jnp.ones(check_variable_shape("ones", shape), dtype), dtype, name)
 
 
 def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
@@ -55,8 +62,8 @@ def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable
     Returns:
         A :class:`Variable`.
     """
-    dtype = check_dtype(dtype)
-    rows, columns = check_variable_shape((size, size) if is_int(size) else size, "eye")
+    dtype = check_dtype("eye", dtype)
+    rows, columns = check_variable_shape("eye", (size, size) if is_int(size) else size)
     return state.variable(jnp.eye(rows, columns, dtype=dtype), dtype, name)
 
 
@@ -81,7 +88,7 @@ def zeros_like(x: TensorLike, dtype: Any = None, name: str | None = None) -> Ten
     Returns:
         A tensor.
     """
-    return _zeros_like(x, None if dtype is None else check_dtype(dtype))
+    return _zeros_like(x, None if dtype is None else check_dtype("zeros_like", dtype))
 
 
 def ones_like(x: TensorLike, dtype: Any = None, name: str | None = None) -> TensorLike:
@@ -95,7 +102,7 @@ def ones_like(x: TensorLike, dtype: Any = None, name: str | None = None) -> Tens
     Returns:
         A tensor.
     """
-    return _ones_like(x, None if dtype is None else check_dtype(dtype))
+    return _ones_like(x, None if dtype is None else check_dtype("ones_like", dtype))
 
 
 @op(name="arange")
@@ -124,4 +131,4 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = "int32") ->
         start, stop = 0, start
     if isinstance(step, (int, float)) and step == 0:
         raise ValueError("arange: step must not be 0")
-    return _arange(start, stop, step, check_dtype(dtype))
+    return _arange(start, stop, step, check_dtype("arange", dtype))

@@ -8,8 +8,14 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras.checks import (
+    check_axis_of,
+    is_int,
+)
 from jaxkeras.graph import op
-from jaxkeras.ops_common import TensorLike, is_int, normalize_axis
+from jaxkeras.ops_common import (
+    TensorLike,
+)
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = ["batch_dot", "dot"]
@@ -110,8 +116,8 @@ def batch_dot(x: TensorLike, y: TensorLike, axes: Any = None) -> TensorLike:
     _check_same(int_shape(x)[0], int_shape(y)[0], "batch_dot", "batch sizes differ", x, y)
     ax, ay = _pair_of_axes(axes, x, y)
     pair = (
-        normalize_axis(x, ax, "batch_dot", "axes[0]"),
-        normalize_axis(y, ay, "batch_dot", "axes[1]"),
+        check_axis_of("batch_dot", "axes[0]", x, ax),
+        check_axis_of("batch_dot", "axes[1]", y, ay),
     )
     if 0 in pair:
         raise ValueError(

@@ -7,9 +7,14 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkeras.checks import (
+    check_dtype,
+)
 from jaxkeras.config import floatx
-from jaxkeras.graph import op
-from jaxkeras.ops_common import TensorLike, check_dtype, is_symbolic
+from jaxkeras.graph import Symbolic, op
+from jaxkeras.ops_common import (
+    TensorLike,
+)
 
 __all__ = [
     "abs",
@@ -328,7 +333,7 @@ def cast(x: TensorLike, dtype: Any) -> TensorLike:
     Raises:
         TypeError: naming ``dtype`` when it is not a dtype.
     """
-    return _cast(x, check_dtype(dtype))
+    return _cast(x, check_dtype("cast", dtype))
 
 
 def cast_to_floatx(x: Any) -> Any:
@@ -340,6 +345,6 @@ def cast_to_floatx(x: Any) -> Any:
     Returns:
         A NumPy array of dtype floatx (a tensor for symbolic ``x``).
     """
-    if is_symbolic(x):
+    if isinstance(x, Symbolic):
         return cast(x, floatx())
     return np.asarray(x, dtype=jnp.dtype(floatx()))

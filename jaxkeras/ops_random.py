@@ -12,15 +12,17 @@ from typing import Any
 import jax
 
 from jaxkeras import state
+from jaxkeras.checks import (
+    check_dtype,
+    check_float_dtype,
+    check_seed,
+    check_shape_arg,
+    check_variable_shape,
+)
 from jaxkeras.graph import op
 from jaxkeras.ops_common import (
     TensorLike,
-    check_dtype,
-    check_float_dtype,
-    check_shape_arg,
-    check_variable_shape,
     concrete_dims,
-    is_int,
 )
 
 __all__ = [
@@ -34,12 +36,6 @@ __all__ = [
 ]
 
 _TRUNCATION = 2.0  # truncated_normal redraws values beyond this many standard deviations
-
-
-def _check_seed(seed: Any, fn: str) -> int | None:
-    if seed is not None and not is_int(seed):
-        raise ValueError(f"{fn}: seed must be an int or None, got {seed!r}")
-    return None if seed is None else int(seed)
 
 
 @op(name="random_normal", random=True)
@@ -72,10 +68,10 @@ def _bernoulli(shape: Any, p: Any, dtype: str, seed: Any = None, key: Any = None
 
 
 def _bernoulli_checked(shape: Any, p: TensorLike, dtype: Any, seed: Any, fn: str) -> TensorLike:
-    shape = check_shape_arg(shape, fn)
+    shape = check_shape_arg(fn, "shape", shape)
     if isinstance(p, (int, float)) and not 0.0 <= p <= 1.0:
         raise ValueError(f"{fn}: p must be in [0, 1], got {p!r}")
-    return _bernoulli(shape, p, check_dtype(dtype), seed=_check_seed(seed, fn))
+    return _bernoulli(shape, p, check_dtype(fn, dtype), seed=check_seed(fn, seed))
 
 
 def random_normal(
@@ -98,9 +94,9 @@ def random_normal(
     Returns:
         A tensor (an array when every argument is concrete).
     """
-    shape = check_shape_arg(shape, "random_normal")
-    dtype = check_float_dtype(dtype, "random_normal")
-    return _normal(shape, mean, stddev, dtype, seed=_check_seed(seed, "random_normal"))
+    shape = check_shape_arg("random_normal", "shape", shape)
+    dtype = check_float_dtype("random_normal", dtype)
+    return _normal(shape, mean, stddev, dtype, seed=check_seed("random_normal", seed))
 
 
 def truncated_normal(
@@ -123,9 +119,9 @@ def truncated_normal(
     Returns:
         A tensor.
     """
-    shape = check_shape_arg(shape, "truncated_normal")
-    dtype = check_float_dtype(dtype, "truncated_normal")
-    seed = _check_seed(seed, "truncated_normal")
+    shape = check_shape_arg("truncated_normal", "shape", shape)
+    dtype = check_float_dtype("truncated_normal", dtype)
+    seed = check_seed("truncated_normal", seed)
     return _truncated_normal(shape, mean, stddev, dtype, seed=seed)
 
 
@@ -148,9 +144,9 @@ def random_uniform(
     Returns:
         A tensor.
     """
-    shape = check_shape_arg(shape, "random_uniform")
-    dtype = check_float_dtype(dtype, "random_uniform")
-    return _uniform(shape, minval, maxval, dtype, seed=_check_seed(seed, "random_uniform"))
+    shape = check_shape_arg("random_uniform", "shape", shape)
+    dtype = check_float_dtype("random_uniform", dtype)
+    return _uniform(shape, minval, maxval, dtype, seed=check_seed("random_uniform", seed))
 
 
 def random_bernoulli(
@@ -212,9 +208,9 @@ def random_uniform_variable(
     Returns:
         A :class:`Variable`.
     """
-    shape = check_variable_shape(shape, "random_uniform_variable")
+    shape = check_variable_shape("random_uniform_variable", shape)
     value = random_uniform(shape, low, high, dtype, seed)
-    return state.variable(value, check_dtype(dtype), name)
+    return state.variable(value, check_dtype("random_uniform_variable", dtype), name)
 
 
 def random_normal_variable(
@@ -238,6 +234,6 @@ def random_normal_variable(
     Returns:
         A :class:`Variable`.
     """
-    shape = check_variable_shape(shape, "random_normal_variable")
+    shape = check_variable_shape("random_normal_variable", shape)
     value = random_normal(shape, mean, scale, dtype, seed)
-    return state.variable(value, check_dtype(dtype), name)
+    return state.variable(value, check_dtype("random_normal_variable", dtype), name)

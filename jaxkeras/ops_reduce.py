@@ -9,14 +9,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras.checks import (
+    check_axes_of,
+    check_axis_of,
+    check_int,
+)
 from jaxkeras.config import floatx
 from jaxkeras.graph import dtype_of, op
 from jaxkeras.ops_common import (
     Axes,
     TensorLike,
-    check_int,
-    normalize_axes,
-    normalize_axis,
 )
 from jaxkeras.ops_math import cast
 from jaxkeras.tensors import int_shape, ndim
@@ -74,7 +76,7 @@ _pack = op(lambda values: jnp.asarray(values), name="pack")
 def _reduce(reduction: Callable, x: TensorLike, axis: Axes, keepdims: bool) -> TensorLike:
     if isinstance(x, (list, tuple)):  # e.g. K.prod([K.shape(x)[0], K.shape(x)[1]])
         x = _pack(list(x))
-    return reduction(x, normalize_axes(x, axis, reduction.op_name), bool(keepdims))
+    return reduction(x, check_axes_of(reduction.op_name, "axis", x, axis), bool(keepdims))
 
 
 def _as_float_if_bool(x: TensorLike) -> TensorLike:
@@ -248,7 +250,7 @@ def argmax(x: TensorLike, axis: int = -1) -> TensorLike:
     Returns:
         An integer tensor.
     """
-    return _argmax(x, normalize_axis(x, axis, "argmax"))
+    return _argmax(x, check_axis_of("argmax", "axis", x, axis))
 
 
 def argmin(x: TensorLike, axis: int = -1) -> TensorLike:
@@ -261,7 +263,7 @@ def argmin(x: TensorLike, axis: int = -1) -> TensorLike:
     Returns:
         An integer tensor.
     """
-    return _argmin(x, normalize_axis(x, axis, "argmin"))
+    return _argmin(x, check_axis_of("argmin", "axis", x, axis))
 
 
 @op(name="cumsum")
@@ -284,7 +286,7 @@ def cumsum(x: TensorLike, axis: int = 0) -> TensorLike:
     Returns:
         A tensor of the shape of ``x``.
     """
-    return _cumsum(x, normalize_axis(x, axis, "cumsum"))
+    return _cumsum(x, check_axis_of("cumsum", "axis", x, axis))
 
 
 def cumprod(x: TensorLike, axis: int = 0) -> TensorLike:
@@ -297,7 +299,7 @@ def cumprod(x: TensorLike, axis: int = 0) -> TensorLike:
     Returns:
         A tensor of the shape of ``x``.
     """
-    return _cumprod(x, normalize_axis(x, axis, "cumprod"))
+    return _cumprod(x, check_axis_of("cumprod", "axis", x, axis))
 
 
 @op(name="l2_normalize")
@@ -318,7 +320,7 @@ def l2_normalize(x: TensorLike, axis: Axes = None) -> TensorLike:
     Returns:
         A tensor of the shape of ``x``.
     """
-    return _l2_normalize(x, normalize_axes(x, axis, "l2_normalize"))
+    return _l2_normalize(x, check_axes_of("l2_normalize", "axis", x, axis))
 
 
 @op(name="in_top_k")
@@ -355,4 +357,4 @@ def in_top_k(predictions: TensorLike, targets: TensorLike, k: int) -> TensorLike
             "in_top_k: expected predictions of rank 2 and targets of rank 1, got shapes "
             f"{int_shape(predictions)} and {int_shape(targets)}"
         )
-    return _in_top_k(predictions, targets, check_int(k, "in_top_k", "k"))
+    return _in_top_k(predictions, targets, check_int("in_top_k", "k", k))

@@ -10,17 +10,18 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras.checks import (
+    check_axes_of,
+    check_axis_of,
+    check_int,
+    check_shape_arg,
+)
 from jaxkeras.config import floatx
-from jaxkeras.graph import op
+from jaxkeras.graph import Symbolic, op
 from jaxkeras.ops_common import (
     Axes,
     TensorLike,
-    check_int,
-    check_shape_arg,
     concrete_dims,
-    is_symbolic,
-    normalize_axes,
-    normalize_axis,
     static_shape_of,
 )
 from jaxkeras.tensors import int_shape, ndim
@@ -92,7 +93,7 @@ def reshape(x: TensorLike, shape: Any) -> TensorLike:
     Raises:
         ValueError: when the number of elements cannot match.
     """
-    shape = check_shape_arg(shape, "reshape", allow_unknown=1)
+    shape = check_shape_arg("reshape", "shape", shape, allow_unknown=1)
     _check_reshape_size(x, shape)
     return _reshape(x, shape)
 
@@ -120,7 +121,7 @@ def permute_dimensions(x: TensorLike, pattern: Sequence[int]) -> TensorLike:
             f"permute_dimensions: pattern must list each of the {ndim(x)} axes of a tensor "
             f"of shape {int_shape(x)} once, got {pattern!r}"
         )
-    axes = normalize_axes(x, tuple(pattern), "permute_dimensions", "pattern")
+    axes = check_axes_of("permute_dimensions", "pattern", x, tuple(pattern))
     return _transpose(x, axes)
 
 
@@ -151,7 +152,7 @@ def expand_dims(x: TensorLike, axis: int = -1) -> TensorLike:
     Returns:
         A tensor of rank ``ndim(x) + 1``.
     """
-    return _expand_dims(x, normalize_axis(x, axis, "expand_dims", extra=1))
+    return _expand_dims(x, check_axis_of("expand_dims", "axis", x, axis, extra=1))
 
 
 @op(name="squeeze")
@@ -172,7 +173,7 @@ def squeeze(x: TensorLike, axis: int) -> TensorLike:
     Raises:
         ValueError: when the axis is out of range or its size is known and not 1.
     """
-    axis = normalize_axis(x, axis, "squeeze")
+    axis = check_axis_of("squeeze", "axis", x, axis)
     if int_shape(x)[axis] not in (None, 1):
         raise ValueError(
             f"squeeze: axis {axis} of a tensor of shape {int_shape(x)} has size "
@@ -218,7 +219,7 @@ def concatenate(tensors: Sequence[TensorLike], axis: int = -1) -> TensorLike:
         ValueError: for an out-of-range axis or incompatible shapes.
     """
     tensors = _check_list(tensors, "concatenate")
-    axis = normalize_axis(tensors[0], axis, "concatenate")
+    axis = check_axis_of("concatenate", "axis", tensors[0], axis)
     _check_alike(tensors, "concatenate", free_axis=axis)
     return _concatenate(tensors, axis)
 
@@ -243,7 +244,7 @@ def stack(x: Sequence[TensorLike], axis: int = 0) -> TensorLike:
     """
     tensors = _check_list(x, "stack")
     _check_alike(tensors, "stack")
-    return _stack(tensors, normalize_axis(tensors[0], axis, "stack", extra=1))
+    return _stack(tensors, check_axis_of("stack", "axis", tensors[0], axis, extra=1))
 
 
 @op(name="tile")
@@ -266,7 +267,7 @@ def tile(x: TensorLike, n: Any) -> TensorLike:
     Raises:
         ValueError: when ``n`` is not a count or list of counts.
     """
-    return _tile(x, check_shape_arg(n, "tile", "n"))
+    return _tile(x, check_shape_arg("tile", "n", n))
 
 
 @op(name="repeat")
@@ -289,7 +290,7 @@ def repeat(x: TensorLike, n: int) -> TensorLike:
     """
     if ndim(x) != 2:
         raise ValueError(f"repeat: x must have rank 2, got shape {int_shape(x)}")
-    return _repeat(x, check_int(n, "repeat", "n"))
+    return _repeat(x, check_int("repeat", "n", n))
 
 
 @op(name="repeat_elements")
@@ -309,8 +310,8 @@ def repeat_elements(x: TensorLike, rep: int, axis: int) -> TensorLike:
     Returns:
         A tensor.
     """
-    rep = check_int(rep, "repeat_elements", "rep")
-    return _repeat_elements(x, rep, normalize_axis(x, axis, "repeat_elements"))
+    rep = check_int("repeat_elements", "rep", rep)
+    return _repeat_elements(x, rep, check_axis_of("repeat_elements", "axis", x, axis))
 
 
 @op
@@ -360,7 +361,7 @@ def reverse(x: TensorLike, axes: Axes) -> TensorLike:
     Returns:
         A tensor.
     """
-    return _reverse(x, normalize_axes(x, axes, "reverse", "axes"))
+    return _reverse(x, check_axes_of("reverse", "axes", x, axes))
 
 
 @op(name="slice")
@@ -372,7 +373,7 @@ def _slice(x: Any, start: Any, size: Any) -> Any:
 
 def _check_slice(x: TensorLike, start: Any, size: Any) -> None:
     for arg, value in (("start", start), ("size", size)):
-        length = int_shape(value)[0] if is_symbolic(value) else len(value)
+        length = int_shape(value)[0] if isinstance(value, Symbolic) else len(value)
         if length != ndim(x):
             raise ValueError(
                 f"slice: {arg} must have one entry per axis of x (shape {int_shape(x)}), "
@@ -404,8 +405,8 @@ def slice(x: TensorLike, start: Any, size: Any) -> TensorLike:
     Raises:
         ValueError: for entries that do not match the rank or go past the end.
     """
-    start = check_shape_arg(start, "slice", "start")
-    size = check_shape_arg(size, "slice", "size", allow_unknown=ndim(x))
+    start = check_shape_arg("slice", "start", start)
+    size = check_shape_arg("slice", "size", size, allow_unknown=ndim(x))
     _check_slice(x, start, size)
     return _slice(x, start, size)
 
@@ -445,7 +446,7 @@ def one_hot(indices: TensorLike, num_classes: int) -> TensorLike:
     Returns:
         A floatx tensor of shape ``(batch_size, d1, ..., dn, num_classes)``.
     """
-    return _one_hot(indices, check_int(num_classes, "one_hot", "num_classes"), floatx())
+    return _one_hot(indices, check_int("one_hot", "num_classes", num_classes), floatx())
 
 
 @op(name="size")

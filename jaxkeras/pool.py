@@ -16,15 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxkeras.checks import (
+    check_choice,
+    check_data_format,
+    check_int_tuple,
+    check_padding,
+    check_rank,
+)
 from jaxkeras.graph import op
 from jaxkeras.spatial import (
-    choice_arg,
-    data_format_arg,
-    int_tuple,
     lower,
     pad_spatial,
-    padding_arg,
-    shape_of,
     spatial_axes,
     window_pads,
 )
@@ -127,18 +129,18 @@ def _pool(x, pool_size, strides, padding, data_format, mode, lowering):
 
 
 def _pool_nd(fn: str, n: int, x, pool_size, strides, padding, data_format, pool_mode, lowering):
-    data_format = data_format_arg(data_format, fn)
-    padding = padding_arg(padding, fn)
-    pool_size = int_tuple(pool_size, n, "pool_size", fn)
-    strides = int_tuple(strides, n, "strides", fn)
-    choice_arg(pool_mode, POOL_MODES, "pool_mode", fn)
-    choice_arg(lowering, POOL_LOWERINGS, "lowering", fn)
+    data_format = check_data_format(fn, data_format)
+    padding = check_padding(fn, padding)
+    pool_size = check_int_tuple(fn, "pool_size", pool_size, n)
+    strides = check_int_tuple(fn, "strides", strides, n)
+    check_choice(fn, "pool_mode", pool_mode, allowed=POOL_MODES)
+    check_choice(fn, "lowering", lowering, allowed=POOL_LOWERINGS)
     if lowering == "reshape" and pool_size != strides:
         raise ValueError(
             f"{fn}: lowering='reshape' needs strides equal to pool_size, got "
             f"strides {strides} and pool_size {pool_size}"
         )
-    shape = shape_of(x, n + 2, "x", fn, "(batch, spatial..., channels) or channels first")
+    shape = check_rank(fn, "x", x, n + 2, layout="(batch, spatial..., channels) or channels first")
     for a, w in zip(spatial_axes(n, data_format), pool_size):
         if padding == "valid" and shape[a] is not None and shape[a] < w:
             raise ValueError(

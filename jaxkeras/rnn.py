@@ -19,6 +19,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxkeras import graph
+from jaxkeras.checks import (
+    check_bool,
+)
 from jaxkeras.graph import Context, Placeholder, Symbolic, dtype_of, standardize_dtype
 from jaxkeras.state import forbid_updates
 from jaxkeras.tensors import int_shape, ndim
@@ -99,7 +102,8 @@ class StepGraph:
         self._outputs, self._tree = _flatten(self.result)
         self.captured = _captured(self._outputs, self._placeholders)
         self.uses_learning_phase = any(
-            getattr(o, "_uses_learning_phase", False) for o in self._outputs
+            getattr(node, "_uses_learning_phase", False)
+            for node in graph.topological_order(self._outputs, None, {})
         )
 
     def run(self, ctx: Context, args: Sequence[Any], captured: Sequence[Any]) -> Any:
@@ -225,12 +229,6 @@ def _rnn_body(
     return last_output, (outputs if time_major else _map(_swap, outputs)), new_states
 
 
-def _check_flag(value: Any, arg: str) -> bool:
-    if not isinstance(value, bool) and value not in (0, 1):
-        raise TypeError(f"rnn: {arg} must be a bool, got {value!r}")
-    return bool(value)
-
-
 def _lengths(input_length: Any) -> Any:
     """The per-sample lengths among the accepted forms of ``input_length`` (else ``None``)."""
     if input_length is None or isinstance(input_length, int):
@@ -343,7 +341,7 @@ def rnn(
         (None, 5, 3)
     """
     go_backwards, unroll, time_major, zero_output_for_mask = (
-        _check_flag(v, a)
+        check_bool("rnn", a, v)
         for v, a in [
             (go_backwards, "go_backwards"),
             (unroll, "unroll"),
@@ -377,11 +375,8 @@ def rnn(
             zero_output_for_mask=zero_output_for_mask,
         ),
         name="rnn",
+        uses_learning_phase=step.uses_learning_phase,
     )
-    if step.uses_learning_phase:
-        for leaf in _flatten((last_output, outputs, new_states))[0]:
-            if isinstance(leaf, Symbolic):
-                leaf._uses_learning_phase = True
     return last_output, outputs, list(new_states)
 
 

@@ -7,8 +7,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import sparse
 
-from jaxkeras import config, state
+from jaxkeras import config, graph, state
 from jaxkeras.graph import Placeholder, Symbolic, dtype_of, op, standardize_dtype
 from jaxkeras.state import Variable
 
@@ -67,8 +68,7 @@ def placeholder(
     return Placeholder(shape, dtype, label, sparse=bool(sparse))
 
 
-@op
-def _shape(x: Any) -> np.ndarray:
+def _shape_body(x: Any) -> np.ndarray:
     return np.asarray(x.shape, dtype=np.int32)
 
 
@@ -84,10 +84,8 @@ def shape(x: Any) -> Any:
     Returns:
         A 1-D int32 tensor (an array for concrete ``x``).
     """
-    result = _shape(x)
-    if isinstance(result, Symbolic):
-        result._shape_of = x  # lets shape inference compute K.shape(x)[0] * 2 and the like
-    return result
+    # shape_of lets shape inference compute K.shape(x)[0] * 2 and the like
+    return graph.record(_shape_body, (x,), {}, name="shape", shape_of=x)
 
 
 def int_shape(x: Any) -> tuple | None:
@@ -99,9 +97,7 @@ def int_shape(x: Any) -> tuple | None:
     Returns:
         A tuple.
     """
-    if isinstance(x, Symbolic):
-        return x.shape
-    return tuple(np.shape(x))
+    return graph.static_shape(x)
 
 
 def ndim(x: Any) -> int:
@@ -192,8 +188,6 @@ def is_sparse(x: Any) -> bool:
     Returns:
         A bool.
     """
-    from jax.experimental import sparse
-
     return bool(getattr(x, "_sparse", False)) or isinstance(x, sparse.BCOO)
 
 

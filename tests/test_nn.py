@@ -865,7 +865,7 @@ def test_resize_bad_arguments():
         K.resize_images(x4, 2, 2, "NHWC")
     with pytest.raises(ValueError, match="height_factor must be a positive int, got 0"):
         K.resize_images(x4, 0, 2, "channels_last")
-    with pytest.raises(ValueError, match=r"width_factor must be a positive int, got 1\.5"):
+    with pytest.raises(TypeError, match=r"width_factor must be an int, got 1\.5"):
         K.resize_images(x4, 2, 1.5, "channels_last")
     with pytest.raises(ValueError, match=r"rank 4, got shape \(1, 2, 2, 2, 1\)"):
         K.resize_images(x5, 2, 2, "channels_last")

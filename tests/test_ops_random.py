@@ -143,7 +143,7 @@ def test_random_variables():
         ),
         (lambda: K.random_uniform((2,), dtype="floaty"), TypeError, "unknown dtype 'floaty'"),
         (lambda: K.random_bernoulli((2,), p=1.5), ValueError, r"p must be in \[0, 1\], got 1.5"),
-        (lambda: K.truncated_normal((2,), seed="abc"), ValueError, "seed must be an int"),
+        (lambda: K.truncated_normal((2,), seed="abc"), TypeError, "seed must be an int"),
         (lambda: K.random_normal((2, -3)), ValueError, r"shape must hold ints >= 0 .*\(2, -3\)"),
         (lambda: K.random_normal("big"), ValueError, "shape must be a tuple of ints, got 'big'"),
         (

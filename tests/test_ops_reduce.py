@@ -106,7 +106,7 @@ def test_reduction_axis_named_twice():
 
 
 def test_reduction_axis_not_an_int():
-    with pytest.raises(ValueError, match="axis must be an int, got 'rows'"):
+    with pytest.raises(TypeError, match="axis must be an int, got 'rows'"):
         K.mean(X, axis="rows")
 
 

@@ -166,7 +166,11 @@ def test_bookkeeping_predicates():
     t._keras_shape = (5, 2)
     assert t._keras_shape == (5, 2) and K.int_shape(t) == ()
     assert K.is_sparse(K.placeholder((2, 2), sparse=True)) and not K.is_sparse(p)
-    assert t._uses_learning_phase is False
+    # Keras reads hasattr(t, "_uses_learning_phase"): only in_train_phase results carry it
+    assert not hasattr(t, "_uses_learning_phase") and not hasattr(p, "_uses_learning_phase")
+    phased = K.in_train_phase(p * 2, p)
+    assert phased._uses_learning_phase is True
+    assert not hasattr(phased + 1, "_uses_learning_phase")
 
 
 def test_uids_and_clear_session():

@@ -1,0 +1,355 @@
+"""Argument checks for the whole API: one function per kind of check, one argument order.
+
+Every check takes ``(fn, arg, value, ...)`` (the public function's name, the argument's name,
+the value, then what it is checked against) and raises with a message naming all three.
+One rule picks the exception type: ``TypeError`` when the value is of the wrong kind (not an
+integer, not a number, not a dtype, not a variable, a tensor where a static value is needed),
+``ValueError`` when it is of the right kind but not allowed (out of range, an unknown choice,
+a shape that does not fit). Checks run in the public functions, before any op body runs, so a
+failing call changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxkeras.config import floatx, normalize_data_format
+from jaxkeras.graph import Node, VariableNode, standardize_dtype, static_shape
+
+PADDINGS = ("same", "valid")
+
+
+def is_int(value: Any) -> bool:
+    """Returns whether ``value`` is a Python or NumPy integer (bools excluded)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers and flags
+
+
+def check_int(fn: str, arg: str, value: Any, minimum: int | None = 0) -> int:
+    """Returns ``value`` as an int after checking it is an integer ``>= minimum``.
+
+    Raises:
+        TypeError: when it is not an integer.
+        ValueError: when it is below ``minimum``.
+    """
+    if not is_int(value):
+        raise TypeError(f"{fn}: {arg} must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        wanted = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{fn}: {arg} must be {wanted}, got {value!r}")
+    return int(value)
+
+
+def check_float(fn: str, arg: str, value: Any, minimum: float | None = None) -> float:
+    """Returns ``value`` as a Python float after checking it is a concrete real number.
+
+    Raises:
+        TypeError: when it is not a number (a tensor, a bool, a string, an array).
+        ValueError: when it is below ``minimum``.
+    """
+    if isinstance(value, (Node, bool, str)) or np.ndim(value) != 0:
+        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}") from None
+    if minimum is not None and not number >= minimum:
+        raise ValueError(f"{fn}: {arg} must be >= {minimum}, got {value!r}")
+    return number
+
+
+def check_bool(fn: str, arg: str, value: Any) -> bool:
+    """Returns ``value`` as a bool after checking it is a bool (or 0/1).
+
+    Raises:
+        TypeError: for anything else.
+    """
+    if not isinstance(value, (bool, np.bool_)) and not (is_int(value) and value in (0, 1)):
+        raise TypeError(f"{fn}: {arg} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def check_seed(fn: str, value: Any, arg: str = "seed") -> int | None:
+    """Checks a random seed: ``None`` or an integer ``>= 0``.
+
+    Raises:
+        TypeError: when it is not an integer.
+        ValueError: when it is negative.
+    """
+    if value is None:
+        return None
+    return check_int(fn, arg, value, minimum=0)
+
+
+def check_choice(fn: str, arg: str, value: Any, allowed: Sequence[str]) -> str:
+    """Checks that ``value`` is one of ``allowed`` (strings compare lower-cased).
+
+    Returns:
+        The value, lower-cased when a string.
+
+    Raises:
+        ValueError: naming the allowed values otherwise.
+    """
+    lowered = value.lower() if isinstance(value, str) else value
+    if lowered not in allowed:
+        raise ValueError(f"{fn}: {arg} must be one of {tuple(allowed)}, got {value!r}")
+    return lowered
+
+
+def check_padding(fn: str, value: Any, allowed: Sequence[str] = PADDINGS) -> str:
+    """Checks a ``padding`` argument (``'same'``/``'valid'``, any case); returns it lower-cased.
+
+    Raises:
+        ValueError: for any other value.
+    """
+    return check_choice(fn, "padding", value, allowed)
+
+
+def check_data_format(fn: str, value: Any) -> str:
+    """Resolves a ``data_format`` argument (``None`` means the configured default).
+
+    Raises:
+        ValueError: when it is not ``'channels_last'`` or ``'channels_first'``.
+    """
+    try:
+        return normalize_data_format(value)
+    except ValueError as err:
+        raise ValueError(f"{fn}: {err}") from None
+
+
+def check_int_tuple(fn: str, arg: str, value: Any, n: int) -> tuple[int, ...]:
+    """Returns ``value`` as ``n`` positive ints (an int is repeated ``n`` times).
+
+    Raises:
+        ValueError: otherwise (naming the expected form).
+    """
+    items = (value,) * n if is_int(value) else value
+    try:
+        result = tuple(int(v) for v in items)
+        ok = len(result) == n and all(v == w and v >= 1 for v, w in zip(result, items))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{fn}: {arg} must be a positive int or a tuple of {n} positive ints, got {value!r}"
+        )
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# axes
+
+
+def check_axis(fn: str, arg: str, axis: Any, rank: int, what: str = "") -> int:
+    """Checks an axis for ``rank`` dimensions and returns it as a non-negative int.
+
+    Args:
+        fn: the public function's name.
+        arg: the argument's name.
+        axis: an int in ``[-rank, rank)``.
+        rank: the number of axes it may index.
+        what: a description of the tensor, for the message (e.g. its shape).
+
+    Raises:
+        TypeError: when ``axis`` is not an int.
+        ValueError: when it is out of range.
+    """
+    if not is_int(axis):
+        raise TypeError(f"{fn}: {arg} must be an int, got {axis!r}")
+    if not -rank <= axis < rank:
+        detail = f" ({what})" if what else ""
+        raise ValueError(
+            f"{fn}: {arg}={axis} is out of range for {rank} axes{detail}; "
+            f"expected an int in [{-rank}, {rank})"
+        )
+    return int(axis) % rank
+
+
+def check_axis_of(fn: str, arg: str, x: Any, axis: Any, extra: int = 0) -> int:
+    """Checks an axis of ``x`` (see :func:`check_axis`); ``extra=1`` for ops that insert one.
+
+    Returns:
+        The axis as an int in ``[0, ndim(x) + extra)``.
+    """
+    shape = static_shape(x)
+    return check_axis(fn, arg, axis, len(shape) + extra, f"shape {shape}")
+
+
+def check_axes_of(fn: str, arg: str, x: Any, axis: Any) -> tuple | None:
+    """Checks ``None``, an axis or a list/tuple of distinct axes of ``x``.
+
+    Returns:
+        A tuple of non-negative ints, or ``None``.
+
+    Raises:
+        ValueError: for an out-of-range axis or one listed twice.
+    """
+    if axis is None:
+        return None
+    listed = axis if isinstance(axis, (list, tuple)) else [axis]
+    axes = tuple(check_axis_of(fn, arg, x, a) for a in listed)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{fn}: {arg}={axis!r} names an axis twice")
+    return axes
+
+
+# ---------------------------------------------------------------------------------------------
+# dtypes
+
+
+def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dtype") -> str:
+    """Returns the canonical name of ``dtype`` (``None``: ``default``, else floatx).
+
+    Raises:
+        TypeError: for an unknown dtype.
+    """
+    if dtype is None:
+        return standardize_dtype(default or floatx())
+    try:
+        return standardize_dtype(dtype, arg=arg)
+    except TypeError as err:
+        raise TypeError(f"{fn}: {err}") from None
+
+
+def check_float_dtype(fn: str, dtype: Any) -> str:
+    """Like :func:`check_dtype`, also requiring a floating-point dtype.
+
+    Raises:
+        ValueError: for an integer or boolean dtype.
+    """
+    name = check_dtype(fn, dtype)
+    if not jnp.issubdtype(name, jnp.floating):
+        raise ValueError(f"{fn}: dtype must be a floating-point type, got {dtype!r}")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes
+
+
+def compatible(shape: Sequence | None, expected: Sequence | None) -> bool:
+    """Whether two static shapes can be equal (``None`` matches any dimension, or any shape)."""
+    if shape is None or expected is None:
+        return True
+    return len(shape) == len(expected) and all(
+        a is None or b is None or a == b for a, b in zip(shape, expected)
+    )
+
+
+def broadcastable(shape: Sequence, target: Sequence) -> bool:
+    """Whether a static ``shape`` of the same rank can broadcast to ``target``."""
+    return len(shape) == len(target) and all(
+        a is None or b is None or a in (1, b) for a, b in zip(shape, target)
+    )
+
+
+def check_rank(fn: str, arg: str, x: Any, rank: int, layout: str = "") -> tuple:
+    """Returns the static shape of ``x`` after checking that it has rank ``rank``.
+
+    Args:
+        layout: what the dimensions mean, for the message.
+
+    Raises:
+        ValueError: naming the shape when the rank differs.
+    """
+    shape = static_shape(x)
+    if shape is None or len(shape) != rank:
+        detail = f" {layout}" if layout else ""
+        raise ValueError(f"{fn}: {arg} must have rank {rank}{detail}, got shape {shape}")
+    return shape
+
+
+def check_same_size(fn: str, what: str, a: int | None, b: int | None) -> None:
+    """Checks that two sizes agree where both are known.
+
+    Raises:
+        ValueError: naming ``what`` and both sizes.
+    """
+    if a is not None and b is not None and a != b:
+        raise ValueError(f"{fn}: {what} differ: {a} vs {b}")
+
+
+def check_fits(fn: str, what: str, shape: Sequence | None, variable: Any) -> None:
+    """Checks that a value of static ``shape`` can be a new value of ``variable``.
+
+    Raises:
+        ValueError: naming the variable and both shapes.
+    """
+    if not compatible(shape, variable.shape):
+        shown = None if shape is None else tuple(shape)
+        raise ValueError(
+            f"{fn}: {what} of shape {shown} does not fit variable {variable.name!r} "
+            f"of shape {variable.shape}"
+        )
+
+
+def check_variable(fn: str, arg: str, x: Any) -> Any:
+    """Checks that ``x`` is a variable (made by ``K.variable``).
+
+    Raises:
+        TypeError: otherwise.
+    """
+    if not isinstance(x, VariableNode):
+        raise TypeError(f"{fn}: {arg} must be a variable (from K.variable), got {x!r}")
+    return x
+
+
+def check_variable_shape(fn: str, shape: Any) -> tuple[int, ...]:
+    """Checks the shape of a new variable: an int or a tuple of ints >= 0 (nothing symbolic).
+
+    Raises:
+        ValueError: naming the shape otherwise.
+    """
+    if is_int(shape):
+        shape = (shape,)
+    if not isinstance(shape, (list, tuple)) or not all(is_int(d) and d >= 0 for d in shape):
+        raise ValueError(f"{fn}: a variable's shape must be a tuple of ints >= 0, got {shape!r}")
+    return tuple(int(d) for d in shape)
+
+
+def check_shape_arg(fn: str, arg: str, shape: Any, allow_unknown: int = 0) -> Any:
+    """Checks a shape argument whose entries may be symbolic scalars (e.g. ``K.shape(x)[0]``).
+
+    Args:
+        fn: the public function's name.
+        arg: the argument's name.
+        shape: an int, a sequence of ints and symbolic integer scalars, a 1-D integer array,
+            or a symbolic 1-D integer tensor (e.g. ``K.shape(x)``).
+        allow_unknown: how many ``-1`` entries are allowed (1 for ``reshape``).
+
+    Returns:
+        A tuple of ints and symbolic scalars, or the symbolic 1-D tensor.
+
+    Raises:
+        ValueError: naming the argument and value for anything else.
+    """
+    if isinstance(shape, Node):
+        if len(shape.shape) != 1:
+            raise ValueError(f"{fn}: a symbolic {arg} must be a 1-D tensor, got {shape!r}")
+        return shape
+    if is_int(shape):
+        shape = (shape,)
+    if isinstance(shape, (np.ndarray, jnp.ndarray)) and shape.ndim == 1:
+        shape = tuple(shape.tolist())
+    if not isinstance(shape, (list, tuple)):
+        raise ValueError(f"{fn}: {arg} must be a tuple of ints, got {shape!r}")
+    entries = []
+    for d in shape:
+        if isinstance(d, Node) and len(d.shape) == 0:
+            entries.append(d)
+        elif is_int(d) and d >= -1:
+            entries.append(int(d))
+        else:
+            raise ValueError(f"{fn}: {arg} must hold ints >= 0 or scalar tensors, got {shape!r}")
+    if entries.count(-1) > allow_unknown:
+        raise ValueError(
+            f"{fn}: {arg}={shape!r} may hold at most {allow_unknown} entries equal to -1"
+        )
+    return tuple(entries)

@@ -1,0 +1,86 @@
+"""The symbolic graph: node kinds, the one op decorator, shape inference and the interpreter.
+
+Every op of jaxkeras is a pure ``jax.numpy``/``lax`` function wrapped by :func:`op`. Called on
+concrete values it runs at once; called with a symbolic argument (a tensor or a variable) it
+records a node. :func:`evaluate` replays recorded nodes in a :class:`Context` that supplies
+variable values, random keys and the learning phase; the same replay runs eagerly, inside
+``jax.jit`` (``K.function``) and inside ``jax.grad`` (``K.gradients``).
+
+Modules, lowest first (each imports only those before it):
+
+| module | holds |
+| --- | --- |
+| ``dtypes`` | dtype names |
+| ``runtime`` | the graph layer's global state objects and the store interface |
+| ``context`` | evaluation contexts and state scopes' base |
+| ``sparse`` | applying an op body to values (sparse inputs, constant folding) |
+| ``base`` | the graph protocol every node implements |
+| ``interpret`` | the graph walk and evaluation |
+| ``infer`` | shape inference |
+| ``nodes`` | symbolic values, the op decorator and the nodes it records |
+| ``phase`` | the learning-phase placeholder and switch |
+| ``grad`` | gradient nodes |
+"""
+
+from jaxkeras.graph.base import Node, static_shape
+from jaxkeras.graph.context import Context, active_context, active_scope
+from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
+from jaxkeras.graph.grad import GradNode, gradient_nodes
+from jaxkeras.graph.infer import SHAPE_CACHE
+from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
+from jaxkeras.graph.nodes import (
+    ItemTensor,
+    MultiOpTensor,
+    OpTensor,
+    Placeholder,
+    Symbolic,
+    Tensor,
+    VariableNode,
+    op,
+    record,
+    substituting,
+)
+from jaxkeras.graph.phase import LearningPhase, PhaseSwitch, reset_learning_phase
+from jaxkeras.graph.runtime import PHASE, SALTS, StateSource, install_state_source
+from jaxkeras.graph.sparse import is_bcoo
+
+__all__ = [
+    "PHASE",
+    "SALTS",
+    "SHAPE_CACHE",
+    "Context",
+    "GradNode",
+    "ItemTensor",
+    "LearningPhase",
+    "MultiOpTensor",
+    "Node",
+    "OpTensor",
+    "PhaseSwitch",
+    "Placeholder",
+    "StateSource",
+    "Symbolic",
+    "Tensor",
+    "VariableNode",
+    "active_context",
+    "active_scope",
+    "dtype_of",
+    "evaluate",
+    "evaluate_now",
+    "gradient_nodes",
+    "install_state_source",
+    "is_bcoo",
+    "op",
+    "record",
+    "reset",
+    "reset_learning_phase",
+    "standardize_dtype",
+    "static_shape",
+    "substituting",
+    "topological_order",
+]
+
+
+def reset() -> None:
+    """Resets the graph layer's session state: the learning phase and the shape cache."""
+    reset_learning_phase()
+    SHAPE_CACHE.clear()

@@ -1,0 +1,477 @@
+"""Symbolic values and the one op decorator that records them.
+
+:class:`Symbolic` is the array-like surface of every symbolic value (operators, indexing,
+``__array__``); its operator methods are generated from one table. The node kinds ops make
+are here too (:class:`OpTensor`, :class:`ItemTensor`), with the graph inputs
+(:class:`Placeholder`, :class:`VariableNode`). :func:`op` turns a pure ``jax.numpy`` function
+into an op: called on concrete values it runs at once; with a symbolic argument it records a
+node, built whole by :func:`record` (shape, dtype and flags are constructor arguments).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import get_opaque_trace_state
+
+from jaxkeras.graph.base import Node
+from jaxkeras.graph.context import TOP_LEVEL_TRACE, Context, active_context, active_scope
+from jaxkeras.graph.infer import infer_shapes
+from jaxkeras.graph.interpret import evaluate, evaluate_now
+from jaxkeras.graph.runtime import NODE_IDS, SALTS, THREAD
+from jaxkeras.graph.sparse import apply_op, is_bcoo
+
+# ---------------------------------------------------------------------------------------------
+# indexing with symbolic bounds
+
+
+class SliceSpec(NamedTuple):
+    """A slice whose bounds may be symbolic (a pytree, unlike ``slice``)."""
+
+    start: Any
+    stop: Any
+    step: Any
+
+
+def _static_int(v: Any) -> Any:
+    return None if v is None else int(np.asarray(v))
+
+
+def _to_index_spec(item: Any) -> Any:
+    if isinstance(item, slice):
+        return SliceSpec(item.start, item.stop, item.step)
+    return item
+
+
+def _from_index_spec(item: Any) -> Any:
+    if isinstance(item, SliceSpec):
+        return slice(_static_int(item.start), _static_int(item.stop), _static_int(item.step))
+    return item
+
+
+def _getitem_body(x: Any, index: tuple) -> Any:
+    return x[tuple(_from_index_spec(i) for i in index)]
+
+
+# ---------------------------------------------------------------------------------------------
+# symbolic values
+
+
+class Symbolic(Node):
+    """Base of every symbolic value (tensors and variables): operators, indexing, conversion.
+
+    Arithmetic, bitwise-logical and ordering operators record ops (generated from
+    ``_OPERATORS`` below); ``==`` and ``!=`` compare identity (see :class:`Node`); use
+    ``K.equal`` / ``K.not_equal`` for element-wise comparison.
+    """
+
+    __array_priority__ = 100  # so that numpy scalars defer to our operators
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __getitem__(self, index: Any) -> Tensor:
+        if not isinstance(index, tuple):
+            index = (index,)
+        return _getitem(self, tuple(_to_index_spec(i) for i in index))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        value = np.asarray(evaluate_now(self))
+        return value.astype(dtype) if dtype is not None else value
+
+    def __pos__(self) -> Symbolic:
+        return self
+
+
+class Tensor(Symbolic):
+    """A node of a symbolic graph: it knows its inputs, static shape and dtype, not its value.
+
+    Attributes may be set freely (Keras stores ``_keras_shape``, ``_keras_history``,
+    ``_uses_learning_phase``, ...); jaxkeras sets ``_uses_learning_phase`` only where the
+    TensorFlow backend does (results of ``in_train_phase``/``rnn`` that depend on the phase).
+
+    Args:
+        shape: the static shape, ``None`` for unknown dimensions.
+        dtype: the dtype name.
+        name: a name (default: the node kind and a uid).
+        sparse: whether its values are sparse.
+        uses_learning_phase: sets the Keras attribute ``_uses_learning_phase``.
+    """
+
+    _kind = "tensor"
+
+    def __init__(
+        self,
+        shape: tuple | None,
+        dtype: str,
+        name: str | None = None,
+        sparse: bool = False,
+        uses_learning_phase: bool = False,
+    ) -> None:
+        self._shape = None if shape is None else tuple(shape)
+        self._dtype = dtype
+        self._uid = NODE_IDS.next()
+        self._name = name
+        if sparse:
+            self._sparse = True
+        if uses_learning_phase:
+            self._uses_learning_phase = True
+
+    @property
+    def name(self) -> str:
+        """A readable unique name."""
+        return self._name or f"{self._kind}_{self._uid}"
+
+    def __repr__(self) -> str:
+        head = f"<jaxkeras.Tensor {self.name!r} shape={self._shape} dtype={self._dtype}"
+        if self._has_placeholder:
+            return head + ">"
+        try:
+            value = np.asarray(evaluate_now(self))
+        except Exception:  # a repr never raises
+            return head + ">"
+        body = np.array2string(value, threshold=20, edgeitems=2)
+        return f"{head} value=\n{body}>" if "\n" in body else f"{head} value={body}>"
+
+
+class Placeholder(Tensor):
+    """A graph input, fed when a function is called.
+
+    Args:
+        shape: the static shape, ``None`` for unknown dimensions.
+        dtype: its dtype name.
+        name: its name.
+        sparse: whether it is fed sparse values.
+    """
+
+    _kind = "placeholder"
+    _has_placeholder = True
+    _is_input = True
+
+    def __init__(
+        self, shape: tuple | None, dtype: str, name: str | None = None, sparse: bool = False
+    ) -> None:
+        super().__init__(shape, dtype, name, sparse=sparse)
+
+
+class VariableNode(Symbolic):
+    """The graph side of a variable: a leaf whose value the context reads by name.
+
+    Args:
+        name: its unique name (the key of its value in the store and in state dicts).
+        shape: its shape.
+        dtype: its dtype name.
+        sparse: whether its value is sparse.
+        nse: for a sparse value, its number of stored entries.
+    """
+
+    _kind = "variable"
+
+    def __init__(
+        self, name: str, shape: tuple, dtype: str, sparse: bool = False, nse: int = 1
+    ) -> None:
+        self.name = name
+        self._shape = tuple(shape)
+        self._dtype = dtype
+        if sparse:
+            self._sparse = True
+            self._nse = nse
+
+    def _compute(self, ctx: Context, memo: dict) -> Any:
+        return ctx.read(self)
+
+
+class OpTensor(Tensor):
+    """The result of an op on symbolic arguments: ``fn(*args, **kwargs)`` replayed on values.
+
+    Args:
+        fn: the op body.
+        treedef: the structure of ``(args, kwargs)``.
+        leaves: its leaves, symbolic or concrete.
+        salt: for random ops, the salt of their key; else ``None``.
+        shape: the inferred static shape.
+        dtype: the inferred dtype name.
+        name: the op name.
+        sparse: whether the result is sparse.
+        shape_of: for ``K.shape(x)``, the node ``x``.
+        uses_learning_phase: sets the Keras attribute ``_uses_learning_phase``.
+    """
+
+    _kind = "op"
+
+    def __init__(
+        self,
+        fn: Callable,
+        treedef: Any,
+        leaves: list,
+        salt: int | None,
+        shape: tuple | None,
+        dtype: str,
+        name: str | None,
+        sparse: bool = False,
+        shape_of: Node | None = None,
+        uses_learning_phase: bool = False,
+    ) -> None:
+        super().__init__(shape, dtype, name, sparse, uses_learning_phase)
+        self._fn = fn
+        self._treedef = treedef
+        self._leaves = leaves
+        self._salt = salt
+        self._parents = tuple(leaf for leaf in leaves if isinstance(leaf, Node))
+        self._has_placeholder = any(p._has_placeholder for p in self._parents)
+        self._folds = salt is None
+        if shape_of is not None:
+            self._shape_of = shape_of
+
+    @property
+    def name(self) -> str:
+        """A readable unique name: the op's name and the node's uid."""
+        return f"{self._name or 'op'}_{self._uid}"
+
+    def _inputs(self) -> Sequence[Node]:
+        return self._parents
+
+    def _compute(self, ctx: Context, memo: dict) -> Any:
+        values = [memo[leaf] if isinstance(leaf, Node) else leaf for leaf in self._leaves]
+        return apply_op(self._fn, self._treedef, values, self._salt, ctx)
+
+
+class MultiOpTensor(OpTensor):
+    """An op returning a pytree of arrays; users see its :class:`ItemTensor` outputs."""
+
+    _kind = "multi"
+
+    def __init__(self, fn, treedef, leaves, salt, name) -> None:
+        super().__init__(fn, treedef, leaves, salt, None, "multi", name)
+        self._folds = False
+
+
+class ItemTensor(Tensor):
+    """One output of a node whose value is a pytree of arrays.
+
+    Args:
+        parent: the node.
+        index: the position of this output among the parent's flattened outputs.
+        shape: its static shape.
+        dtype: its dtype name.
+        sparse: whether it is sparse.
+        uses_learning_phase: sets the Keras attribute ``_uses_learning_phase``.
+    """
+
+    _kind = "item"
+
+    def __init__(
+        self,
+        parent: Node,
+        index: int,
+        shape: tuple | None,
+        dtype: str,
+        sparse: bool = False,
+        uses_learning_phase: bool = False,
+    ) -> None:
+        super().__init__(shape, dtype, f"{parent.name}/{index}", sparse, uses_learning_phase)
+        self._parent = parent
+        self._index = index
+        self._has_placeholder = parent._has_placeholder
+
+    def _inputs(self) -> Sequence[Node]:
+        return (self._parent,)
+
+    def _compute(self, ctx: Context, memo: dict) -> Any:
+        return jax.tree_util.tree_leaves(memo[self._parent], is_leaf=is_bcoo)[self._index]
+
+
+# ---------------------------------------------------------------------------------------------
+# recording
+
+
+def _resolve_in_scope(leaves: list, scope: Context) -> list | None:
+    """Replaces symbolic leaves that can be evaluated in ``scope``; None if some cannot."""
+    if any(isinstance(leaf, Node) and leaf._has_placeholder for leaf in leaves):
+        return None
+    pending = [leaf for leaf in leaves if isinstance(leaf, Node)]
+    values = dict(zip(pending, evaluate(pending, scope)))
+    return [values[leaf] if isinstance(leaf, Node) else leaf for leaf in leaves]
+
+
+@contextlib.contextmanager
+def substituting(mapping: dict) -> Iterator[None]:
+    """A context in which ops recorded in this thread read ``mapping[leaf]`` for ``leaf``.
+
+    Args:
+        mapping: node -> the value to read instead (``K.control_dependencies``).
+    """
+    THREAD.substitutions.append(mapping)
+    try:
+        yield
+    finally:
+        THREAD.substitutions.pop()
+
+
+def _is_leaf(value: Any) -> bool:
+    return isinstance(value, Node) or is_bcoo(value)
+
+
+def record(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    salt: int | None = None,
+    name: str | None = None,
+    shape_of: Node | None = None,
+    uses_learning_phase: bool = False,
+) -> Any:
+    """Applies ``fn`` now if no argument is symbolic, else records it as a graph node.
+
+    Inside a state scope, variables and placeholder-free tensors resolve to their values first,
+    so the op runs at once. Ops recorded inside ``K.control_dependencies`` read the updated
+    values of the variables it names.
+
+    Args:
+        fn: the pure body.
+        args: positional arguments (pytrees whose leaves may be symbolic).
+        kwargs: keyword arguments (likewise).
+        salt: for random ops, the salt of their key (the seed, or a fresh one).
+        name: a name for the node.
+        shape_of: for ``K.shape(x)``, the tensor ``x`` (lets shape inference fold it).
+        uses_learning_phase: mark the outputs with Keras's ``_uses_learning_phase``.
+
+    Returns:
+        The value, or a :class:`Tensor` (or a pytree of them for ops with several outputs).
+
+    Raises:
+        ValueError: for a random op called inside ``jax.jit``/``vmap``/``grad`` outside a state
+            scope (it would have no key).
+    """
+    # Sparse arrays stay whole leaves, so that apply_op sees them without walking the tree.
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_leaf)
+    for mapping in reversed(THREAD.substitutions):
+        leaves = [mapping.get(leaf, leaf) if isinstance(leaf, Node) else leaf for leaf in leaves]
+    ctx = active_context()
+    if any(isinstance(leaf, Node) for leaf in leaves):
+        scope = active_scope()
+        resolved = _resolve_in_scope(leaves, scope) if scope is not None else None
+        if resolved is None:
+            return _make_node(fn, treedef, leaves, salt, name, shape_of, uses_learning_phase)
+        leaves = resolved
+    elif salt is not None and ctx is None:
+        # A random op outside any context is a graph node, as in Keras 2: it draws fresh
+        # numbers each time it runs (each K.eval, each call of a compiled function).
+        if get_opaque_trace_state() != TOP_LEVEL_TRACE:
+            raise ValueError(
+                f"random op {name!r} called inside jax.jit/vmap/grad without a key: wrap the "
+                "code in `with K.state_scope(values, rng=key):` and pass a fresh key per call"
+            )
+        return _make_node(fn, treedef, leaves, salt, name, shape_of, uses_learning_phase)
+    return apply_op(fn, treedef, leaves, salt, ctx)
+
+
+def _make_node(fn, treedef, leaves, salt, name, shape_of, uses_learning_phase) -> Any:
+    out_tree, outs = infer_shapes(fn, treedef, leaves, salt)
+    if out_tree.num_leaves == 1 and jax.tree_util.treedef_is_leaf(out_tree):
+        shape, dtype, sparse = outs[0]
+        return OpTensor(
+            fn, treedef, leaves, salt, shape, dtype, name, sparse, shape_of, uses_learning_phase
+        )
+    node = MultiOpTensor(fn, treedef, leaves, salt, name)
+    items = [
+        ItemTensor(node, i, shape, dtype, sparse, uses_learning_phase)
+        for i, (shape, dtype, sparse) in enumerate(outs)
+    ]
+    return jax.tree_util.tree_unflatten(out_tree, items)
+
+
+def op(fn: Callable | None = None, *, name: str | None = None, random: bool = False):
+    """Makes a pure ``jax.numpy`` function a jaxkeras op (the one op decorator).
+
+    The op runs at once on concrete arrays (and on tracers, inside a user's ``jax.jit``); with a
+    symbolic argument anywhere in its arguments (also inside lists) it records a graph node
+    whose shape and dtype are inferred with ``jax.eval_shape``.
+
+    Args:
+        fn: the pure body.
+        name: the node name prefix (default: the function's name).
+        random: the body takes a ``key=`` keyword argument; its salt is the op's ``seed``
+            argument when given, else a fresh one per node.
+
+    Returns:
+        The wrapped op; ``op.pure`` is the body.
+
+    Example:
+        >>> double = K.op(lambda x: x * 2, name="double")
+        >>> double(np.arange(3.0))
+        Array([0., 2., 4.], dtype=float32)
+    """
+    if fn is None:
+        return functools.partial(op, name=name, random=random)
+    label = name or getattr(fn, "__name__", "op")
+    signature = inspect.signature(fn) if random else None
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        salt = None
+        if random:
+            seed = signature.bind(*args, **kwargs).arguments.get("seed")
+            salt = SALTS.next() if seed is None else int(seed)
+        return record(fn, args, kwargs, salt=salt, name=label)
+
+    wrapper.pure = fn
+    wrapper.op_name = label
+    return wrapper
+
+
+_getitem = op(_getitem_body, name="getitem")
+
+
+# ---------------------------------------------------------------------------------------------
+# operators of Symbolic
+
+# (method name, jax.numpy function, op name, has a reflected form)
+_OPERATORS = [
+    ("add", jnp.add, "add", True),
+    ("sub", jnp.subtract, "sub", True),
+    ("mul", jnp.multiply, "mul", True),
+    ("truediv", jnp.true_divide, "truediv", True),
+    ("floordiv", jnp.floor_divide, "floordiv", True),
+    ("mod", jnp.mod, "mod", True),
+    ("pow", jnp.power, "pow", True),
+    ("matmul", jnp.matmul, "matmul", True),
+    ("and", jnp.logical_and, "and", True),
+    ("or", jnp.logical_or, "or", True),
+    ("xor", jnp.logical_xor, "xor", True),
+    ("lt", jnp.less, "less", False),
+    ("le", jnp.less_equal, "less_equal", False),
+    ("gt", jnp.greater, "greater", False),
+    ("ge", jnp.greater_equal, "greater_equal", False),
+    ("neg", jnp.negative, "neg", False),
+    ("abs", jnp.abs, "abs", False),
+    ("invert", jnp.invert, "invert", False),
+]
+
+
+def _operator_methods(fn: Callable, label: str) -> tuple[Callable, Callable]:
+    recorded = op(fn, name=label)
+
+    def method(self, *other):
+        return recorded(self, *other)
+
+    def reflected(self, other):
+        return recorded(other, self)
+
+    return method, reflected
+
+
+for _method, _fn, _label, _reflects in _OPERATORS:
+    _forward, _backward = _operator_methods(_fn, _label)
+    setattr(Symbolic, f"__{_method}__", _forward)
+    if _reflects:
+        setattr(Symbolic, f"__r{_method}__", _backward)

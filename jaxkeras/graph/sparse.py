@@ -1,0 +1,78 @@
+"""Applying an op body to values: sparse (BCOO) inputs and folding of trace-time constants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import sparse
+
+from jaxkeras.graph.context import Context
+
+
+def is_bcoo(x: Any) -> bool:
+    """Returns whether ``x`` is a sparse (BCOO) array."""
+    return isinstance(x, sparse.BCOO)
+
+
+def _sparse_aware(fn: Callable) -> Callable:
+    """``fn`` for sparse inputs: JAX's sparse rules where they exist, else dense inputs.
+
+    Only array arguments go through ``sparsify``; static ones (axes, shapes) stay Python values.
+    """
+
+    def run(*args, **kwargs):
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_bcoo)
+        positions = [
+            i for i, v in enumerate(leaves) if is_bcoo(v) or isinstance(v, (jax.Array, np.ndarray))
+        ]
+
+        def on_arrays(*arrays):
+            values = list(leaves)
+            for i, a in zip(positions, arrays):
+                values[i] = a
+            a, k = jax.tree_util.tree_unflatten(treedef, values)
+            return fn(*a, **k)
+
+        arrays = [leaves[i] for i in positions]
+        try:
+            return sparse.sparsify(on_arrays)(*arrays)
+        except NotImplementedError:
+            return on_arrays(*[v.todense() if is_bcoo(v) else v for v in arrays])
+
+    return run
+
+
+def _has_tracer(values: list) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values))
+
+
+def apply_op(
+    fn: Callable, treedef: Any, values: list, salt: int | None, ctx: Context | None
+) -> Any:
+    """Runs an op body on the flat argument ``values`` (the leaves of ``(args, kwargs)``).
+
+    Args:
+        fn: the body.
+        treedef: the structure of ``(args, kwargs)``.
+        values: the leaves, all concrete (arrays, tracers, Python values); sparse arrays are
+            whole leaves.
+        salt: for random ops, the salt of their key (passed as ``key=``).
+        ctx: where the key comes from (``None``: a fresh context).
+
+    Returns:
+        What ``fn`` returns. Ops whose inputs are all known at trace time (shapes, constants)
+        are folded then, so that shape arithmetic such as ``K.shape(x)[0] * 2`` stays a
+        concrete number inside ``jax.jit``.
+    """
+    args, kwargs = jax.tree_util.tree_unflatten(treedef, values)
+    if salt is not None:
+        kwargs = dict(kwargs, key=(ctx or Context()).key(salt))
+    if not getattr(fn, "handles_sparse", False) and any(is_bcoo(v) for v in values):
+        fn = _sparse_aware(fn)
+    if _has_tracer(values) or salt is not None:
+        return fn(*args, **kwargs)
+    with jax.ensure_compile_time_eval():
+        return fn(*args, **kwargs)
