@@ -10,18 +10,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxkeras import graph, state
-from jaxkeras.function import eval_with_feeds
+from jaxkeras.function import eval_with_feeds, release_compiled
 
 
 def clear_session() -> None:
-    """Resets the session state: ``get_uid`` counters, the learning phase, the shape cache.
+    """Resets the session state: ``get_uid`` counters, the learning phase, the shape cache,
+    and the compiled executables of every ``K.function``.
 
     This is the one reset path of jaxkeras's global state. Variables created before stay valid
     and keep their values (each value is freed when its variable is garbage-collected);
-    compiled functions keep working.
+    functions keep working (they compile again on their next call).
     """
     state.reset_uids()
     graph.reset()
+    release_compiled()
 
 
 class Session:

@@ -1,7 +1,17 @@
-"""``K.function`` (one jit-compiled pure function per graph), ``K.gradients`` and ``K.eval``."""
+"""Compiled graphs: ``K.function`` (one jit-compiled pure function per graph), ``K.gradients``
+and ``K.eval``.
+
+A :class:`Function` lowers its graph to one pure function and calls its ``jax.jit``
+compilation with positional lists: the values of the variables it updates (donated), those it
+only reads, a table of random-run counts, and the feeds. Calls that update variables hold the
+store's lock exclusively from reading the state to committing the new one; calls that only
+read hold it shared, so they run concurrently.
+"""
 
 from __future__ import annotations
 
+import operator
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,19 +21,84 @@ import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
-from jaxkeras import graph, state
-from jaxkeras.checks import check_fits, compatible
+from jaxkeras import graph
 from jaxkeras.graph import (
+    PHASE,
     Context,
     GradNode,
     LearningPhase,
     Placeholder,
     Symbolic,
+    derive_key,
     evaluate,
     op,
     topological_order,
 )
-from jaxkeras.state import Update, Variable, normalize_updates
+from jaxkeras.state import (
+    STORE,
+    Update,
+    Variable,
+    compose_updates,
+    get_state,
+    normalize_updates,
+    to_numpy,
+)
+
+_FUNCTIONS: weakref.WeakSet = weakref.WeakSet()
+
+
+class _Input:
+    """How one input of a function is fed: its placeholder, NumPy dtype and static shape."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+        self.name = tensor.name
+        self.dtype = np.dtype(tensor.dtype)
+        self.shape = tensor.shape
+        self.sparse = isinstance(tensor, Placeholder) and tensor._sparse
+
+    def feed(self, value: Any) -> Any:
+        """Returns ``value`` as an array of this input's dtype, checked against its shape.
+
+        Raises:
+            TypeError: when it cannot be cast to the dtype.
+            ValueError: when its shape does not fit, or a cast to an integer type would turn
+                NaN or infinity into garbage.
+        """
+        if self.sparse:
+            return to_sparse_value(value, self.tensor.dtype)
+        if isinstance(value, (np.ndarray, jax.Array)) and value.dtype == self.dtype:
+            array = value
+        else:
+            array = self._cast(value)
+        shape, expected = array.shape, self.shape
+        if expected is not None and (
+            len(shape) != len(expected)
+            or any(e is not None and e != a for e, a in zip(expected, shape))
+        ):
+            raise ValueError(
+                f"feed for {self.name!r} has shape {tuple(shape)}, but {self.name!r} "
+                f"has shape {expected}"
+            )
+        return array
+
+    def _cast(self, value: Any) -> np.ndarray:
+        try:
+            source = np.asarray(value)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"feed for {self.name!r} cannot be read as an array: {err}") from None
+        lossy = source.dtype.kind == "f" and self.dtype.kind in "iub"
+        if lossy and not np.all(np.isfinite(source)):
+            raise ValueError(
+                f"feed for {self.name!r} holds NaN or infinity, which has no value of its dtype "
+                f"{self.dtype.name}"
+            )
+        try:
+            return source.astype(self.dtype, copy=False)
+        except (TypeError, ValueError) as err:
+            raise TypeError(
+                f"feed for {self.name!r} cannot be cast to {self.dtype.name}: {err}"
+            ) from None
 
 
 class Function:
@@ -32,7 +107,7 @@ class Function:
     Attributes:
         inputs: the input tensors, in feed order.
         outputs: the output tensors.
-        updates: ``(variable, new_value)`` pairs committed after each call.
+        updates: the :class:`Update` s committed after each call.
         variable_names: names of the variables the graph reads or updates (its state).
         trace_count: how many times the graph has been traced (compiled).
     """
@@ -55,16 +130,36 @@ class Function:
         self.outputs = [outputs] if self._single else list(outputs)
         self.updates = normalize_updates(updates)
         self._feed_inputs = [x for x in self.inputs if not isinstance(x, LearningPhase)]
-        roots = self.outputs + [value for _, value in self.updates]
+        self._feeders = [None if isinstance(x, LearningPhase) else _Input(x) for x in self.inputs]
+        phases = [i for i, x in enumerate(self.inputs) if isinstance(x, LearningPhase)]
+        self._phase_at = phases[-1] if phases else None
+        roots = self.outputs + [u.payload for u in self.updates]
         nodes = topological_order(roots, None, dict.fromkeys(self._feed_inputs))
-        names = {n.name for n in nodes if isinstance(n, Variable)}
-        names.update(target.name for target, _ in self.updates)
-        self.variable_names = sorted(names)
+        read = {n.name for n in nodes if isinstance(n, Variable)}
+        self._updated = list(dict.fromkeys(u.variable.name for u in self.updates))
+        self._kept = sorted(read.difference(self._updated))
+        self.variable_names = sorted(read.union(self._updated))
+        self._get_updated = _getter(self._updated)
+        self._get_kept = _getter(self._kept)
+        self._scalars = any(not s for s in map(graph.static_shape, self.outputs))
         self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
+        self._random = graph.random_nodes(roots)
         self.trace_count = 0
-        self._compiled = jax.jit(
-            self._traced, static_argnames=("learning_phase",), donate_argnums=(0,)
-        )
+        self._compiled: dict[int, Any] = {}
+        _FUNCTIONS.add(self)
+
+    # the pure function -------------------------------------------------------------------------
+
+    def _evaluate(self, ctx: Context, feeds: Sequence[Any]) -> tuple[list, dict]:
+        memo = dict(zip(self._feed_inputs, feeds))
+        # Gradient nodes first: their replay computes the loss and its ancestors once, for
+        # the gradients and for the outputs that share them.
+        payloads = [u.payload for u in self.updates]
+        values = evaluate(self._grad_nodes + self.outputs + payloads, ctx, memo)
+        values = values[len(self._grad_nodes) :]
+        n_out = len(self.outputs)
+        new, _ = compose_updates(self.updates, values[n_out:], ctx.read)
+        return values[:n_out], new
 
     def pure(
         self,
@@ -78,7 +173,8 @@ class Function:
         Args:
             state_values: variable name -> value; must hold :attr:`variable_names` (extra entries
                 pass through unchanged). ``f.state()`` gives the current values.
-            rng: a JAX key (e.g. ``jax.random.PRNGKey(i)``); random ops derive theirs from it.
+            rng: a JAX key (e.g. ``jax.random.PRNGKey(i)``); each random op's key is
+                ``fold_in(rng, its seed)``.
             feeds: one value per input, in order, leaving out the learning-phase tensor.
             learning_phase: 0 or 1 (a Python int); default the global learning phase.
 
@@ -95,83 +191,113 @@ class Function:
                 f"{[x.name for x in self._feed_inputs]}), got {len(feeds)}"
             )
         ctx = Context(state=dict(state_values), rng=rng, learning_phase=learning_phase)
-        memo = dict(zip(self._feed_inputs, feeds))
-        # Gradient nodes first: their replay computes the loss and its ancestors once, for
-        # the gradients and for the outputs that share them.
-        values = evaluate(
-            self._grad_nodes + self.outputs + [v for _, v in self.updates], ctx, memo
-        )[len(self._grad_nodes) :]
-        n_out = len(self.outputs)
+        outputs, new = self._evaluate(ctx, feeds)
         new_state = dict(state_values)
-        for (target, _), value in zip(self.updates, values[n_out:]):
-            new_state[target.name] = _new_value(target, value)
-        return values[:n_out], new_state
+        new_state.update(new)
+        return outputs, new_state
 
-    def _traced(self, state_values, rng, feeds, learning_phase=None):
+    def _traced(self, phase: int, donated: list, kept: list, rng: Any, feeds: list) -> Any:
         self.trace_count += 1
-        return self.pure(state_values, rng, feeds, learning_phase)
+        state = dict(zip(self._updated, donated))
+        state.update(zip(self._kept, kept))
+        keys = {
+            node: derive_key(rng[0], node._seed, rng[i + 1]) for i, node in enumerate(self._random)
+        }
+        ctx = Context(state=state, learning_phase=phase, keys=keys)
+        outputs, new = self._evaluate(ctx, feeds)
+        return outputs, [new[n] for n in self._updated]
+
+    def _compile(self, phase: int) -> Any:
+        compiled = self._compiled.get(phase)
+        if compiled is None:
+
+            def run(donated, kept, rng, feeds):
+                return self._traced(phase, donated, kept, rng, feeds)
+
+            compiled = self._compiled[phase] = jax.jit(run, donate_argnums=(0,))
+        return compiled
+
+    def release(self) -> None:
+        """Drops the compiled executables (the next call compiles again)."""
+        self._compiled = {}
 
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
-        return state.get_state(self.variable_names)
+        return get_state(self.variable_names)
 
-    def _feed(self, x: graph.Tensor, value: Any) -> Any:
-        if isinstance(x, Placeholder) and x._sparse:
-            return to_sparse_value(value, x.dtype)
-        if isinstance(value, jax.Array) and value.dtype == jnp.dtype(x.dtype):
-            array = value
-        else:
-            try:
-                array = np.asarray(value, dtype=x.dtype)
-            except (TypeError, ValueError) as err:
-                raise TypeError(f"feed for {x.name!r} cannot be cast to {x.dtype}: {err}") from None
-        if not compatible(array.shape, x.shape):
-            raise ValueError(
-                f"feed for {x.name!r} has shape {tuple(array.shape)}, but {x.name!r} "
-                f"has shape {x.shape}"
-            )
-        return array
+    # calling -----------------------------------------------------------------------------------
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
         """Runs the graph on ``inputs`` (one value per input tensor, in order).
 
         Returns:
             A list of NumPy arrays (a single array when ``outputs`` was not a list).
+
+        Raises:
+            ValueError: for a wrong number of inputs, a feed whose shape does not fit, or a
+                learning-phase feed other than 0 or 1.
+            TypeError: for a feed that cannot be cast to its input's dtype.
         """
-        if not isinstance(inputs, (list, tuple)):
+        if type(inputs) not in (list, tuple):
             inputs = [inputs] if len(self.inputs) == 1 else inputs
         if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self.inputs):
             raise ValueError(
                 f"function expects a list of {len(self.inputs)} values "
                 f"(for {[x.name for x in self.inputs]}), got {inputs!r}"
             )
-        phase = None
-        feeds = []
-        for x, value in zip(self.inputs, inputs):
-            if isinstance(x, LearningPhase):
-                phase = _check_phase(value)
-            else:
-                feeds.append(self._feed(x, value))
-        values = state.store().values
-        state_values = {n: values[n] for n in self.variable_names}
-        outputs, new_state = self._compiled(
-            state_values, state.store().next_key(), feeds, learning_phase=phase
-        )
-        values.update(new_state)
-        outputs = [_to_numpy(o) for o in outputs]
+        if self._phase_at is None:
+            phase = PHASE.value or 0
+            feeds = [feeder.feed(value) for feeder, value in zip(self._feeders, inputs)]
+        else:
+            phase = _check_phase(inputs[self._phase_at])
+            feeds = [
+                feeder.feed(value)
+                for feeder, value in zip(self._feeders, inputs)
+                if feeder is not None
+            ]
+        compiled = self._compiled.get(phase) or self._compile(phase)
+        rng = STORE.take_runs(self._random) if self._random else None
+        values = STORE.values
+        if self._updated:
+            with STORE.lock.write():
+                outputs, new = compiled(
+                    self._get_updated(values), self._get_kept(values), rng, feeds
+                )
+                values.update(zip(self._updated, new))
+                outputs = [
+                    np.array(o) if isinstance(o, jax.Array) else to_numpy(o) for o in outputs
+                ]
+        else:
+            with STORE.lock.read():
+                outputs, _ = compiled((), self._get_kept(values), rng, feeds)
+                outputs = [
+                    np.array(o) if isinstance(o, jax.Array) else to_numpy(o) for o in outputs
+                ]
+        if self._scalars:
+            outputs = [o[()] if o.ndim == 0 else o for o in outputs]
         return outputs[0] if self._single else outputs
 
 
-def _to_numpy(value: Any) -> Any:
-    """A NumPy array, or a NumPy scalar for 0-d values (as TF sessions returned them)."""
-    array = state.to_numpy(value)
-    return array[()] if array.ndim == 0 else array
+def _getter(names: list[str]) -> Any:
+    """A function of a dict returning the list of its values at ``names`` (in C, per call)."""
+    if not names:
+        return lambda values: ()
+    pick = operator.itemgetter(*names)
+    if len(names) == 1:
+        return lambda values: (pick(values),)
+    return pick
 
 
 def _check_phase(value: Any) -> int:
     if np.ndim(value) != 0 or value not in (0, 1):
         raise ValueError(f"learning phase feed must be 0 or 1, got {value!r}")
     return int(value)
+
+
+def release_compiled() -> None:
+    """Drops the compiled executables of every live :class:`Function` (``clear_session``)."""
+    for f in list(_FUNCTIONS):
+        f.release()
 
 
 def function(
@@ -186,7 +312,10 @@ def function(
     The graph is lowered to one pure function ``(state, rng, feeds) -> (outputs, new_state)``
     and compiled once with ``jax.jit`` per input shape (and per learning phase); the variables
     it uses are collected from the graph. Every output and update value is computed from the
-    state before the call; updates are committed after it. Feeds are cast to the input dtypes.
+    state before the call; updates are committed after it. Several updates of one variable
+    compose: increments (``update_add``, ``update_sub``, ``moving_average_update``) add up in
+    list order, and an assignment (``update`` or a ``(variable, value)`` pair) replaces what came
+    before it. Feeds are cast to the input dtypes. Calls are thread-safe.
 
     Args:
         inputs: placeholders (or other tensors) to feed, possibly the learning-phase tensor.
@@ -227,6 +356,9 @@ def gradients(loss: Any, variables: Sequence[Any]) -> list[Any]:
 
     Returns:
         A list of gradient tensors (or ``None``), one per entry of ``variables``.
+
+    Raises:
+        TypeError: for an entry that is not a variable or tensor, or an integer ``loss``.
     """
     xs = list(variables) if isinstance(variables, (list, tuple)) else [variables]
     for x in xs:
@@ -258,19 +390,6 @@ def stop_gradient(variables: Any) -> Any:
 # eval
 
 
-def _new_value(target: Variable, value: Any) -> Any:
-    """An update's computed value, cast to its variable's dtype and checked against its shape."""
-    value = jnp.asarray(value, dtype=target.dtype)
-    if value.shape != target.shape:
-        check_fits("update", "new value", value.shape, target)
-    return value
-
-
-def _apply_update(update: Update, ctx: Context, memo: dict) -> Any:
-    (value,) = evaluate([update.value], ctx, memo)
-    return _new_value(update.variable, value)
-
-
 def eval(x: Any) -> Any:
     """Evaluates a tensor, variable or update now.
 
@@ -289,36 +408,59 @@ def eval(x: Any) -> Any:
 def eval_with_feeds(fetches: Any, feed_dict: dict) -> Any:
     """Evaluates ``fetches`` (a pytree of tensors/updates) with placeholder feeds; see :func:`eval`.
 
-    Updates among the fetches are committed together after every value is computed.
+    Every value is computed from the state before the updates among the fetches, which then
+    compose (see :func:`function`) and are committed together; an update's result is its
+    variable's value right after it.
+
+    Args:
+        fetches: a tensor, variable, update, or a list/dict of them.
+        feed_dict: placeholder -> value.
+
+    Returns:
+        The values in the structure of ``fetches``: NumPy arrays outside a state scope.
     """
     leaves, treedef = jax.tree_util.tree_flatten(
         fetches, is_leaf=lambda v: isinstance(v, (Symbolic, Update))
     )
-    scope = graph.active_scope()
-    ctx = scope if scope is not None else Context()
     memo = {}
     for p, value in feed_dict.items():
         memo[p] = np.asarray(value, dtype=p.dtype) if isinstance(p, Symbolic) else value
-    results, writes = [], []
-    for leaf in leaves:
-        if isinstance(leaf, Update):
-            value = _apply_update(leaf, ctx, memo)
-            writes.append((leaf.variable, value))
-            results.append(value)
-        else:
-            results.append(evaluate([leaf], ctx, memo)[0])
-    for target, value in writes:
-        if scope is not None:
-            scope.write(target, value)
-        else:
-            state.set_value(target, value)
-    if scope is None:
-        results = [state.to_numpy(r) for r in results]
+    updates = [leaf for leaf in leaves if isinstance(leaf, Update)]
+    targets = [leaf.payload if isinstance(leaf, Update) else leaf for leaf in leaves]
+    scope = graph.active_scope()
+    if scope is not None:
+        return jax.tree_util.tree_unflatten(treedef, _run(targets, updates, leaves, scope, memo))
+    with STORE.lock.write() if updates else STORE.lock.read():
+        results = _run(targets, updates, leaves, Context(), memo)
+        results = [to_numpy(r) for r in results]
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
+def _run(targets: list, updates: list, leaves: list, ctx: Context, memo: dict) -> list:
+    """Evaluates ``targets`` in ``ctx`` and applies the updates among ``leaves`` to it (a
+    scope) or to the store; returns each leaf's result."""
+    values = evaluate(targets, ctx, memo)
+    payloads = [v for leaf, v in zip(leaves, values) if isinstance(leaf, Update)]
+    new, after = compose_updates(updates, payloads, ctx.read)
+    for target in dict.fromkeys(u.variable for u in updates):
+        if ctx.scope:
+            ctx.write(target, new[target.name])
+        else:
+            STORE.values[target.name] = new[target.name]
+    after_iter = iter(after)
+    return [next(after_iter) if isinstance(leaf, Update) else v for leaf, v in zip(leaves, values)]
+
+
 def to_sparse_value(value: Any, dtype: str) -> Any:
-    """Converts a feed for a sparse placeholder (SciPy sparse, BCOO or dense) to a BCOO array."""
+    """Converts a feed for a sparse placeholder (SciPy sparse, BCOO or dense) to a BCOO array.
+
+    Args:
+        value: the feed.
+        dtype: the placeholder's dtype.
+
+    Returns:
+        A ``jax.experimental.sparse.BCOO``.
+    """
     if isinstance(value, sparse.BCOO):
         return value.astype(dtype)
     if hasattr(value, "tocoo"):

@@ -64,7 +64,7 @@ def _uniform(
 
 @op(name="random_bernoulli", random=True)
 def _bernoulli(shape: Any, p: Any, dtype: str, seed: Any = None, key: Any = None) -> Any:
-    return (jax.random.uniform(key, concrete_dims(shape)) < p).astype(dtype)
+    return jax.random.bernoulli(key, p, concrete_dims(shape)).astype(dtype)
 
 
 def _bernoulli_checked(shape: Any, p: TensorLike, dtype: Any, seed: Any, fn: str) -> TensorLike:

@@ -79,7 +79,7 @@ def _captured(outputs: Sequence[Any], placeholders: Sequence[Placeholder]) -> li
     return list(captured)
 
 
-class StepGraph:
+class StepGraph(graph.Subgraph):
     """A loop body written with K ops, traced once on placeholders, run on values in the loop.
 
     Args:
@@ -100,6 +100,7 @@ class StepGraph:
         with forbid_updates(_UPDATE_MESSAGE.format(owner=owner)):
             self.result = fn(*args)
         self._outputs, self._tree = _flatten(self.result)
+        self.outputs = self._outputs
         self.captured = _captured(self._outputs, self._placeholders)
         self.uses_learning_phase = any(
             getattr(node, "_uses_learning_phase", False)

@@ -31,21 +31,110 @@ from jaxkeras.graph import Context, Symbolic, VariableNode, standardize_dtype
 # the store
 
 
+class RWLock:
+    """A readers-writer lock: many readers at once, or one writer (reentrant for its thread).
+
+    ``with lock.read():`` holds it shared, ``with lock.write():`` exclusively. A writer holds a
+    gate that new readers pass through, then waits for the readers inside to leave, so writers
+    do not starve; a thread that already reads may read again, and the writer's thread may read.
+    """
+
+    def __init__(self) -> None:
+        self._gate = threading.Lock()
+        self._count = threading.Lock()
+        self._drained = threading.Condition(self._count)
+        self._readers = 0
+        self._writer: int | None = None
+        self._depth = 0
+        self._local = threading.local()
+        self._shared = _Held(self._acquire_read, self._release_read)
+        self._exclusive = _Held(self._acquire_write, self._release_write)
+
+    def read(self) -> _Held:
+        """Returns the context manager that holds the lock shared."""
+        return self._shared
+
+    def write(self) -> _Held:
+        """Returns the context manager that holds the lock exclusively (raises
+        ``RuntimeError`` on entry when this thread holds it shared: it would wait for itself)."""
+        return self._exclusive
+
+    def _acquire_read(self) -> None:
+        local = self._local
+        depth = getattr(local, "reads", 0)
+        if depth or self._writer == threading.get_ident():
+            with self._count:
+                self._readers += 1
+        else:
+            with self._gate, self._count:
+                self._readers += 1
+        local.reads = depth + 1
+
+    def _release_read(self) -> None:
+        self._local.reads -= 1
+        with self._count:
+            self._readers -= 1
+            if not self._readers:
+                self._drained.notify_all()
+
+    def _acquire_write(self) -> None:
+        me = threading.get_ident()
+        if self._writer == me:
+            self._depth += 1
+            return
+        if getattr(self._local, "reads", 0):
+            raise RuntimeError("a thread that reads the variable store cannot write it")
+        self._gate.acquire()
+        with self._count:
+            while self._readers:
+                self._drained.wait()
+        self._writer, self._depth = me, 1
+
+    def _release_write(self) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self._writer = None
+            self._gate.release()
+
+
+class _Held:
+    """A reusable context manager calling ``acquire`` on entry and ``release`` on exit."""
+
+    __slots__ = ("_acquire", "_release")
+
+    def __init__(self, acquire: Callable[[], None], release: Callable[[], None]) -> None:
+        self._acquire, self._release = acquire, release
+
+    def __enter__(self) -> None:
+        self._acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._release()
+
+
 class Store:
     """The one authoritative copy of every variable's value, and the random-number state.
 
-    Implements the graph layer's ``StateSource`` protocol (:meth:`read`, :meth:`next_key`).
+    Implements the graph layer's ``StateSource`` protocol (:meth:`read`, :meth:`draw_key`).
+    Threads share it: :attr:`lock` is held shared to read values (and to start a computation
+    on them) and exclusively to write them, so no thread sees a torn or donated buffer and no
+    update is lost.
 
     Attributes:
         values: variable name -> ``jax.Array``.
-        seed: the base seed of every random key.
-        counter: how many keys have been handed out (one per compiled call or eager draw).
+        lock: the :class:`RWLock` guarding ``values``.
+        seed: the global seed every random key derives from (``K.set_random_seed``).
+        runs: random node -> how many times it has run (weakly keyed).
+        draws: how many keys were drawn for ops run at once (outside any graph).
     """
 
     def __init__(self, seed: int = 0) -> None:
         self.values: dict[str, jax.Array] = {}
+        self.lock = RWLock()
         self.seed = seed
-        self.counter = 0
+        self.runs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.draws = 0
+        self._rng_lock = threading.Lock()
 
     def read(self, name: str) -> jax.Array:
         """Returns the stored value of the variable called ``name``.
@@ -66,10 +155,35 @@ class Store:
             unique = f"{name}_{n}"
         return unique
 
-    def next_key(self) -> np.ndarray:
-        """Returns fresh raw key data (two uint32) for one call; never the same twice."""
-        self.counter += 1
-        return np.array([self.seed & 0xFFFFFFFF, self.counter & 0xFFFFFFFF], dtype=np.uint32)
+    def draw_key(self, seed: int, node: Any = None) -> jax.Array:
+        """Returns the key of the next run of a random op (see ``graph.StateSource``).
+
+        A node's key depends only on the global seed, its seed and how often it has run; an op
+        run at once (``node=None``) gets a key from a separate stream that never repeats.
+        """
+        with self._rng_lock:
+            if node is None:
+                self.draws += 1
+                run = 0x80000000 | (self.draws & 0x7FFFFFFF)
+            else:
+                run = self.runs.get(node, 0)
+                self.runs[node] = run + 1
+            base = self.seed
+        return graph.derive_key(base, seed, run)
+
+    def take_runs(self, nodes: Sequence[Any]) -> np.ndarray:
+        """Counts one run of each of ``nodes``; returns ``[seed, run_1, ..., run_n]`` before it.
+
+        Compiled functions derive their random nodes' keys from this table inside the
+        computation (``graph.derive_key``), so a call costs no key computation in Python.
+        """
+        with self._rng_lock:
+            table = [self.seed]
+            for node in nodes:
+                run = self.runs.get(node, 0)
+                table.append(run)
+                self.runs[node] = run + 1
+        return np.asarray(table, dtype=np.uint32)
 
     def drop(self, name: str) -> None:
         """Forgets a variable's value (called when the variable is garbage-collected)."""
@@ -88,19 +202,26 @@ def store() -> Store:
 def set_random_seed(seed: int) -> None:
     """Restarts random-number generation from ``seed`` (a jaxkeras addition to the Keras API).
 
-    After it, a program that builds the same graphs and makes the same calls draws the same
-    numbers (initial weights included), whatever ran before.
+    It seeds NumPy's global random state too, where random ops built without a seed take
+    theirs (as in both Keras 2 backends), and restarts every random op's run count. After it,
+    a program that builds the same graphs and makes the same calls draws the same numbers
+    (initial weights included), whatever ran before.
 
     Args:
-        seed: a non-negative int.
+        seed: an int in ``[0, 2**32)``.
 
     Raises:
         TypeError: when ``seed`` is not an int.
-        ValueError: when it is negative.
+        ValueError: when it is out of range.
     """
-    STORE.seed = check_seed("set_random_seed", seed)
-    STORE.counter = 0
-    graph.SALTS.reset()
+    seed = check_seed("set_random_seed", seed)
+    if seed >= 2**32:
+        raise ValueError(f"set_random_seed: seed must be < 2**32, got {seed!r}")
+    np.random.seed(seed)
+    with STORE._rng_lock:
+        STORE.seed = seed
+        STORE.runs.clear()
+        STORE.draws = 0
 
 
 def _copy_to_device(value: Any, dtype: str) -> Any:
@@ -120,7 +241,9 @@ def _copy_to_device(value: Any, dtype: str) -> Any:
 
 def to_numpy(value: Any) -> np.ndarray:
     """A NumPy copy of a value; sparse values come out dense."""
-    return np.array(value.todense() if graph.is_bcoo(value) else value, copy=True)
+    if isinstance(value, sparse.BCOO):
+        value = value.todense()
+    return np.array(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,7 +330,7 @@ class Variable(VariableNode):
         super().__init__(name, value.shape, value.dtype.name, sparse=is_sparse, nse=nse)
         self.constraint = constraint
         self.trainable = trainable
-        STORE.values[name] = value
+        STORE.values[name] = value  # under STORE.lock (see variable())
         weakref.finalize(self, STORE.drop, name)
 
     def value(self) -> Any:
@@ -267,8 +390,9 @@ def variable(
     if constraint is not None and not callable(constraint):
         raise TypeError(f"variable: constraint must be callable, got {constraint!r}")
     data = _copy_to_device(_value_of(value), dtype)
-    full = STORE.unique_name(scoped_name(name or "variable"))
-    return Variable(data, full, constraint, trainable)
+    with STORE.lock.write():
+        full = STORE.unique_name(scoped_name(name or "variable"))
+        return Variable(data, full, constraint, trainable)
 
 
 def get_value(x: Any) -> np.ndarray:
@@ -280,9 +404,10 @@ def get_value(x: Any) -> np.ndarray:
     Returns:
         A ``numpy.ndarray`` that shares no memory with the store.
     """
-    if isinstance(x, Variable):
-        return to_numpy(x.value())
-    return to_numpy(_value_of(x))
+    with STORE.lock.read():
+        if isinstance(x, Variable):
+            return to_numpy(x.value())
+        return to_numpy(_value_of(x))
 
 
 def batch_get_value(xs: Sequence[Any]) -> list[np.ndarray]:
@@ -294,7 +419,8 @@ def batch_get_value(xs: Sequence[Any]) -> list[np.ndarray]:
     Returns:
         A list of NumPy arrays.
     """
-    return [get_value(x) for x in xs]
+    with STORE.lock.read():
+        return [get_value(x) for x in xs]
 
 
 def _checked_value(x: Variable, value: Any, fn: str) -> Any:
@@ -319,7 +445,9 @@ def set_value(x: Variable, value: Any) -> None:
         ValueError: when the shapes differ; the store is left unchanged.
     """
     check_variable("set_value", "x", x)
-    STORE.values[x.name] = _checked_value(x, value, "set_value")
+    data = _checked_value(x, value, "set_value")
+    with STORE.lock.write():
+        STORE.values[x.name] = data
 
 
 def batch_set_value(tuples: Sequence[tuple[Variable, Any]]) -> None:
@@ -332,8 +460,9 @@ def batch_set_value(tuples: Sequence[tuple[Variable, Any]]) -> None:
     for x, value in tuples:
         check_variable("batch_set_value", "x", x)
         checked.append((x.name, _checked_value(x, value, "batch_set_value")))
-    for name, data in checked:
-        STORE.values[name] = data
+    with STORE.lock.write():
+        for name, data in checked:
+            STORE.values[name] = data
 
 
 def count_params(x: Any) -> int:
@@ -356,15 +485,29 @@ def count_params(x: Any) -> int:
 
 
 class Update:
-    """A pending update of a variable: where it runs, the variable gets ``value``.
+    """A pending update of a variable: an assignment, or an increment.
 
     Run it with ``K.eval(update)`` (once), or pass it in ``K.function(..., updates=[...])``
-    (on every call).
+    (on every call). Several updates of one variable run together compose (see
+    :func:`compose_updates`).
+
+    Attributes:
+        variable: the variable it updates.
+        value: the variable's new value when the update runs alone.
+        increment: what it adds to the variable (``update_add``, ``update_sub``,
+            ``moving_average_update``), or ``None`` for an assignment (``update``).
     """
 
-    def __init__(self, variable: Variable, value: Any) -> None:
+    def __init__(self, variable: Variable, value: Any, increment: Any = None) -> None:
         self.variable = variable
         self.value = value
+        self.increment = increment
+
+    @property
+    def payload(self) -> Any:
+        """What the update computes from the state before it runs: the increment, or the new
+        value of an assignment."""
+        return self.value if self.increment is None else self.increment
 
     def __iter__(self):
         return iter((self.variable, self.value))
@@ -390,6 +533,18 @@ def forbid_updates(reason: str) -> Iterator[None]:
         NAMES.update_bans.pop()
 
 
+def _make_update(fn: str, x: Any, new_x: Any, increment: Any = None) -> Any:
+    if NAMES.update_bans:
+        raise ValueError(NAMES.update_bans[-1])
+    check_fits(fn, "new value", graph.static_shape(new_x), x)
+    scope = graph.active_scope()
+    if scope is not None:
+        value = jnp.asarray(_value_of(new_x), dtype=x.dtype)
+        scope.write(x, value)
+        return value
+    return Update(x, new_x, increment)
+
+
 def update(x: Variable, new_x: Any) -> Any:
     """Sets variable ``x`` to ``new_x`` where the update is run.
 
@@ -402,20 +557,8 @@ def update(x: Variable, new_x: Any) -> Any:
     Returns:
         A pending :class:`Update`; inside a state scope, the new value.
     """
-    return _update("update", x, new_x)
-
-
-def _update(fn: str, x: Any, new_x: Any) -> Any:
-    check_variable(fn, "x", x)
-    if NAMES.update_bans:
-        raise ValueError(NAMES.update_bans[-1])
-    check_fits(fn, "new value", graph.static_shape(new_x), x)
-    scope = graph.active_scope()
-    if scope is not None:
-        value = jnp.asarray(_value_of(new_x), dtype=x.dtype)
-        scope.write(x, value)
-        return value
-    return Update(x, new_x)
+    check_variable("update", "x", x)
+    return _make_update("update", x, new_x)
 
 
 def update_add(x: Variable, increment: Any) -> Any:
@@ -429,7 +572,7 @@ def update_add(x: Variable, increment: Any) -> Any:
         A pending :class:`Update` (inside a state scope, the new value).
     """
     check_variable("update_add", "x", x)
-    return _update("update_add", x, x + increment)
+    return _make_update("update_add", x, x + increment, increment)
 
 
 def update_sub(x: Variable, decrement: Any) -> Any:
@@ -443,7 +586,7 @@ def update_sub(x: Variable, decrement: Any) -> Any:
         A pending :class:`Update` (inside a state scope, the new value).
     """
     check_variable("update_sub", "x", x)
-    return _update("update_sub", x, x - decrement)
+    return _make_update("update_sub", x, x - decrement, -decrement)
 
 
 def moving_average_update(x: Variable, value: Any, momentum: float) -> Any:
@@ -458,44 +601,74 @@ def moving_average_update(x: Variable, value: Any, momentum: float) -> Any:
         A pending :class:`Update` (inside a state scope, the new value).
     """
     check_variable("moving_average_update", "x", x)
-    return _update("moving_average_update", x, x - (x - value) * (1.0 - momentum))
+    step = (x - value) * (1.0 - momentum)
+    return _make_update("moving_average_update", x, x - step, -step)
 
 
-def normalize_updates(updates: Sequence[Any] | None) -> list[tuple[Variable, Any]]:
-    """Turns a list of updates and ``(variable, value)`` pairs into pairs; one per variable.
+def normalize_updates(updates: Sequence[Any] | None) -> list[Update]:
+    """Turns (nested lists of) updates and ``(variable, value)`` pairs into a flat list.
+
+    A pair is an assignment. Several entries may update one variable (see
+    :func:`compose_updates`).
 
     Raises:
         TypeError: for an entry that is neither.
-        ValueError: when two updates target one variable.
     """
-    pairs: list[tuple[Variable, Any]] = []
+    result: list[Update] = []
     for entry in updates or []:
-        if (
+        if isinstance(entry, Update):
+            result.append(entry)
+        elif (
             isinstance(entry, (list, tuple))
             and len(entry) == 2
-            and not isinstance(entry[0], (list, tuple))
+            and not isinstance(entry[0], (list, tuple, Update))
         ):
             target, value = entry
-        elif isinstance(entry, Update):
-            target, value = entry.variable, entry.value
+            check_variable("updates", "update target", target)
+            result.append(Update(target, value))
         elif isinstance(entry, (list, tuple)):
-            pairs.extend(normalize_updates(entry))
-            continue
+            result.extend(normalize_updates(entry))
         else:
             raise TypeError(
                 f"updates: expected K.update(...) results or (variable, value) pairs, got {entry!r}"
             )
-        check_variable("updates", "update target", target)
-        pairs.append((target, value))
-    seen: set[str] = set()
-    for target, _ in pairs:
-        if target.name in seen:
-            raise ValueError(
-                f"updates: variable {target.name!r} is updated twice in one function; "
-                "combine the two updates into one"
-            )
-        seen.add(target.name)
-    return pairs
+    return result
+
+
+def compose_updates(
+    updates: Sequence[Update], payloads: Sequence[Any], read: Callable[[Variable], Any]
+) -> tuple[dict[str, Any], list[Any]]:
+    """Composes updates run together, as TF's assign ops do.
+
+    Every payload is computed from the state before the updates; increments add up in list
+    order, and an assignment replaces what came before it.
+
+    Args:
+        updates: the updates, in order.
+        payloads: the value of each one's :attr:`Update.payload`, computed from that state.
+        read: the value of a variable in that state.
+
+    Returns:
+        ``(new_values, after)``: variable name -> final value (cast to the variable's dtype),
+        and each update's variable's value right after it.
+
+    Raises:
+        ValueError: naming the variable when a value does not keep its shape.
+    """
+    new: dict[str, Any] = {}
+    after = []
+    for update_, payload in zip(updates, payloads):
+        target = update_.variable
+        if update_.increment is None:
+            value = payload
+        else:
+            value = (new[target.name] if target.name in new else read(target)) + payload
+        value = jnp.asarray(value, dtype=target.dtype)
+        if value.shape != target.shape:
+            check_fits("update", "new value", value.shape, target)
+        new[target.name] = value
+        after.append(value)
+    return new, after
 
 
 def _update_targets(control_inputs: Any) -> dict:
@@ -587,11 +760,12 @@ def get_state(variables: Sequence[Variable | str] | None = None) -> dict[str, ja
     Returns:
         A dict variable name -> ``jax.Array``.
     """
-    if variables is None:
-        names = list(STORE.values)
-    else:
-        names = [v.name if isinstance(v, Variable) else v for v in variables]
-    return {n: jnp.array(STORE.read(n), copy=True) for n in names}
+    with STORE.lock.read():
+        if variables is None:
+            names = list(STORE.values)
+        else:
+            names = [v.name if isinstance(v, Variable) else v for v in variables]
+        return {n: jnp.array(STORE.read(n), copy=True) for n in names}
 
 
 def set_state(values: Mapping[str, Any]) -> None:
@@ -601,15 +775,16 @@ def set_state(values: Mapping[str, Any]) -> None:
         values: variable name -> value; every name must be a live variable, and each value
             must keep its variable's shape. Nothing is written if any entry is invalid.
     """
-    checked = {}
-    for name, value in values.items():
-        if name not in STORE.values:
-            raise ValueError(f"set_state: no live variable is named {name!r}")
-        old = STORE.values[name]
-        if tuple(np.shape(value)) != tuple(old.shape):
-            raise ValueError(
-                f"set_state: value of shape {np.shape(value)} does not fit "
-                f"variable {name!r} of shape {tuple(old.shape)}"
-            )
-        checked[name] = _copy_to_device(value, old.dtype.name)
-    STORE.values.update(checked)
+    with STORE.lock.write():
+        checked = {}
+        for name, value in values.items():
+            if name not in STORE.values:
+                raise ValueError(f"set_state: no live variable is named {name!r}")
+            old = STORE.values[name]
+            if tuple(np.shape(value)) != tuple(old.shape):
+                raise ValueError(
+                    f"set_state: value of shape {np.shape(value)} does not fit "
+                    f"variable {name!r} of shape {tuple(old.shape)}"
+                )
+            checked[name] = _copy_to_device(value, old.dtype.name)
+        STORE.values.update(checked)

@@ -25,10 +25,25 @@ def test_outputs_and_updates_see_the_pre_call_state():
     assert float(K.get_value(v)) == 5.0 and float(K.get_value(w)) == 300.0
 
 
-def test_two_updates_of_one_variable_raise():
-    v = K.variable(1.0)
-    with pytest.raises(ValueError, match="twice"):
-        K.function([], [v * 1], updates=[K.update_add(v, 1.0), (v, v * 2)])
+def test_updates_of_one_variable_compose():
+    # increments add up in list order; an assignment replaces what came before it; every value
+    # is computed from the state before the call (as TF's assign ops compose)
+    v = K.variable(np.zeros(3))
+    K.function([], [], updates=[K.update_add(v, 1.0), K.update_add(v, 2.0)])([])
+    np.testing.assert_array_equal(K.get_value(v), [3.0, 3.0, 3.0])
+    w = K.variable(1.0)
+    f = K.function([], [w * 1], updates=[K.update_add(w, 1.0), (w, w * 10), K.update_sub(w, 0.5)])
+    out = f([])
+    assert out[0] == 1.0  # outputs see the state before the call
+    assert K.get_value(w) == 1.0 * 10 - 0.5
+    m = K.variable(np.full(2, 4.0))
+    ups = [K.moving_average_update(m, np.full(2, 0.0), 0.5), K.moving_average_update(m, 2.0, 0.5)]
+    K.function([], [], updates=ups)([])
+    np.testing.assert_allclose(K.get_value(m), 4.0 - (4.0 - 0.0) * 0.5 - (4.0 - 2.0) * 0.5)
+    # K.eval of several updates composes the same way; each result is the value right after it
+    c = K.variable(0.0)
+    results = K.eval([K.update_add(c, 1.0), K.update(c, 5.0), K.update_add(c, 2.0)])
+    assert [float(r) for r in results] == [1.0, 5.0, 7.0] and K.get_value(c) == 7.0
 
 
 def test_bad_updates_raise():

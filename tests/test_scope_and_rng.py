@@ -168,3 +168,61 @@ def test_set_random_seed_restarts_generation():
     assert not np.array_equal(first[1], first[2])
     with pytest.raises(ValueError, match="-1"):
         K.set_random_seed(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Keras-2 randomness: seeds from NumPy's global RNG, numbers from (seed, runs) alone
+
+
+def test_unseeded_ops_take_their_seed_from_numpy():
+    def build_and_draw():
+        np.random.seed(7)
+        return K.eval(K.random_normal((5,))), K.eval(K.dropout(np.ones((4, 4)), 0.5))
+
+    first, second = build_and_draw(), build_and_draw()
+    np.testing.assert_array_equal(first[0], second[0])
+    np.testing.assert_array_equal(first[1], second[1])
+    np.random.seed(8)
+    assert not np.array_equal(K.eval(K.random_normal((5,))), first[0])
+
+
+def test_a_seeded_op_depends_only_on_its_seed_and_runs():
+    first = K.eval(K.random_normal((5,), seed=123))
+    K.eval(K.random_uniform((3,)))  # other randomness in between changes nothing
+    np.testing.assert_array_equal(K.eval(K.random_normal((5,), seed=123)), first)
+    node = K.random_normal((5,), seed=123)
+    runs = [K.eval(node) for _ in range(3)]
+    np.testing.assert_array_equal(runs[0], first)
+    assert not np.array_equal(runs[1], runs[0]) and not np.array_equal(runs[2], runs[1])
+    # a compiled function continues the node's runs, with the same numbers as eager runs
+    fresh = K.random_normal((5,), seed=123)
+    f = K.function([], [fresh, fresh * 1.0])
+    a, b = f([])
+    np.testing.assert_array_equal(a, first)
+    np.testing.assert_array_equal(a, b)  # one node, one draw per call
+    np.testing.assert_array_equal(f([])[0], runs[1])
+
+
+def test_keys_follow_the_global_seed():
+    K.set_random_seed(1)
+    a = K.eval(K.random_uniform((4,), seed=5))
+    K.set_random_seed(2)
+    b = K.eval(K.random_uniform((4,), seed=5))
+    K.set_random_seed(1)
+    np.testing.assert_array_equal(K.eval(K.random_uniform((4,), seed=5)), a)
+    assert not np.array_equal(a, b)
+
+
+def test_random_ops_inside_an_rnn_step_are_fresh_per_call():
+    x = K.placeholder((None, 3, 2))
+
+    def step(x_t, states):
+        noise = K.random_uniform((1, 2), seed=11)
+        return x_t + noise, [states[0]]
+
+    _, outputs, _ = K.rnn(step, x, [K.zeros_like(x[:, 0, :1])])
+    f = K.function([x], [outputs])
+    first, second = f([np.zeros((1, 3, 2))])[0], f([np.zeros((1, 3, 2))])[0]
+    np.testing.assert_array_equal(first[:, 0], first[:, 2])  # the same at every step of a call
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(first[0, 0], K.eval(K.random_uniform((1, 2), seed=11))[0])

@@ -22,8 +22,8 @@ Modules, lowest first (each imports only those before it):
 | ``grad`` | gradient nodes |
 """
 
-from jaxkeras.graph.base import Node, static_shape
-from jaxkeras.graph.context import Context, active_context, active_scope
+from jaxkeras.graph.base import Node, Subgraph, static_shape
+from jaxkeras.graph.context import Context, active_context, active_scope, derive_key
 from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras.graph.grad import GradNode, gradient_nodes
 from jaxkeras.graph.infer import SHAPE_CACHE
@@ -36,17 +36,18 @@ from jaxkeras.graph.nodes import (
     Symbolic,
     Tensor,
     VariableNode,
+    draw_seed,
     op,
+    random_nodes,
     record,
     substituting,
 )
 from jaxkeras.graph.phase import LearningPhase, PhaseSwitch, reset_learning_phase
-from jaxkeras.graph.runtime import PHASE, SALTS, StateSource, install_state_source
+from jaxkeras.graph.runtime import PHASE, StateSource, install_state_source
 from jaxkeras.graph.sparse import is_bcoo
 
 __all__ = [
     "PHASE",
-    "SALTS",
     "SHAPE_CACHE",
     "Context",
     "GradNode",
@@ -58,11 +59,14 @@ __all__ = [
     "PhaseSwitch",
     "Placeholder",
     "StateSource",
+    "Subgraph",
     "Symbolic",
     "Tensor",
     "VariableNode",
     "active_context",
     "active_scope",
+    "derive_key",
+    "draw_seed",
     "dtype_of",
     "evaluate",
     "evaluate_now",
@@ -70,6 +74,7 @@ __all__ = [
     "install_state_source",
     "is_bcoo",
     "op",
+    "random_nodes",
     "record",
     "reset",
     "reset_learning_phase",

@@ -101,6 +101,17 @@ class Node:
         raise NotImplementedError
 
 
+class Subgraph:
+    """A graph traced once and run inside an op's body (a loop's step), passed to the op as an
+    argument; graph walks that collect random nodes look inside it.
+
+    Attributes:
+        outputs: the graph's output nodes.
+    """
+
+    outputs: Sequence[Node] = ()
+
+
 def static_shape(x: Any) -> tuple | None:
     """Returns the static shape of a symbolic value or array (``None`` for unknown dimensions).
 

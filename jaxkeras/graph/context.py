@@ -13,12 +13,31 @@ TOP_LEVEL_TRACE = get_opaque_trace_state()
 """The trace state outside any ``jax.jit``/``vmap``/``grad``."""
 
 
+def derive_key(base: Any, seed: int, run: Any) -> jax.Array:
+    """The key of run ``run`` of a random op with ``seed``, under the global seed ``base``.
+
+    The one derivation of keys from seeds, used eagerly and inside compiled functions (where
+    ``base`` and ``run`` are traced), so both draw the same numbers for the same run.
+
+    Args:
+        base: the global seed (``K.set_random_seed``).
+        seed: the op's seed.
+        run: how many times the op has run before.
+
+    Returns:
+        A JAX key (raw ``uint32[2]`` data).
+    """
+    key = jax.random.fold_in(jax.random.PRNGKey(base), seed & 0xFFFFFFFF)
+    return jax.random.fold_in(key, run)
+
+
 class Context:
     """Where a graph is evaluated: variable values, a random key and the learning phase.
 
     Args:
         state: variable name -> value; variables missing from it read the store.
-        rng: the key random nodes derive theirs from; ``None`` draws one from the store on use.
+        rng: the key random nodes derive theirs from (``fold_in(rng, seed)``); ``None`` draws
+            keys from the store, each node's from its seed and how often it has run.
         learning_phase: 0 or 1 (static); ``None`` means the global default.
         scope: True for a user-facing state scope, in which ops on variables run at once and
             updates are applied at once.
@@ -30,9 +49,11 @@ class Context:
         rng: Any = None,
         learning_phase: int | None = None,
         scope: bool = False,
+        keys: dict | None = None,
     ) -> None:
         self.state: dict[str, Any] = {} if state is None else state
         self._rng = rng
+        self._keys: dict = {} if keys is None else keys
         self._learning_phase = learning_phase
         self.scope = scope
         self.trace_state = get_opaque_trace_state()
@@ -77,18 +98,27 @@ class Context:
             return self._learning_phase
         return PHASE.default()
 
-    def key(self, salt: int) -> jax.Array:
-        """Returns the random key of the node with this salt, for this evaluation.
+    def key(self, seed: int, node: Any = None) -> jax.Array:
+        """Returns the random key of an op with ``seed`` (of ``node``) in this evaluation.
+
+        The same node gets the same key throughout one evaluation (gradient replays included).
 
         Args:
-            salt: the node's salt.
+            seed: the op's seed.
+            node: the op's node, or ``None`` for an op run at once.
 
         Returns:
-            A JAX key.
+            A JAX key (raw ``uint32[2]`` data).
         """
-        if self._rng is None:
-            self._rng = jax.numpy.asarray(state_source().next_key())
-        return jax.random.fold_in(self._rng, salt)
+        key = self._keys.get(node) if node is not None else None
+        if key is None:
+            if self._rng is not None:
+                key = jax.random.fold_in(self._rng, seed & 0xFFFFFFFF)
+            else:
+                key = jax.numpy.asarray(state_source().draw_key(seed, node))
+            if node is not None and get_opaque_trace_state() == self.trace_state:
+                self._keys[node] = key  # not from inside a loop body's trace: it would leak
+        return key
 
     def __enter__(self) -> Context:
         THREAD.contexts.append(self)

@@ -130,7 +130,7 @@ def _static_value(leaf: Node, fill: int | None) -> Any:
     return evaluate([leaf], Context(learning_phase=0), memo)[0]
 
 
-def _eval_shape(fn, treedef, leaves, salt, dims: Callable[[], Any], fill: int | None) -> Any:
+def _eval_shape(fn, treedef, leaves, seed, dims: Callable[[], Any], fill: int | None) -> Any:
     values = list(leaves)
     sym_positions = []
     for i, leaf in enumerate(leaves):
@@ -147,7 +147,7 @@ def _eval_shape(fn, treedef, leaves, salt, dims: Callable[[], Any], fill: int | 
         for i, v in zip(sym_positions, sym_values):
             values[i] = sparse.BCOO(v, shape=sparse_shapes[i]) if i in sparse_shapes else v
         with Context(rng=jax.random.PRNGKey(0), learning_phase=0) as ctx:
-            return apply_op(fn, treedef, values, salt, ctx)
+            return apply_op(fn, treedef, values, None if seed is None else ctx.key(seed))
 
     return jax.eval_shape(run, *specs)
 
@@ -170,14 +170,14 @@ def _dims_from(out_specs_a, out_specs_b=None) -> list:
     return result
 
 
-def infer_shapes(fn, treedef, leaves, salt) -> tuple[Any, list]:
+def infer_shapes(fn, treedef, leaves, seed) -> tuple[Any, list]:
     """Infers output structure, shapes (``None`` kept) and dtypes of an op on symbolic leaves.
 
     Args:
         fn: the op body.
         treedef: the structure of ``(args, kwargs)``.
         leaves: its leaves, symbolic or concrete.
-        salt: the salt of a random op, else ``None``.
+        seed: the seed of a random op, else ``None``.
 
     Returns:
         ``(out_treedef, [(shape, dtype, is_sparse), ...])`` with one entry per output array.
@@ -192,19 +192,19 @@ def infer_shapes(fn, treedef, leaves, salt) -> tuple[Any, list]:
             return cached
     try:
         (sym,) = export.symbolic_shape("b")
-        out = _eval_shape(fn, treedef, leaves, salt, lambda: sym, None)
+        out = _eval_shape(fn, treedef, leaves, seed, lambda: sym, None)
         result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
     except Exception:
         # Unknown dimensions that the op cannot reason about symbolically: run it twice with
         # two unlikely sizes; dimensions that differ between the runs are unknown.
         a, b = _SENTINELS
         try:
-            out_a = _eval_shape(fn, treedef, leaves, salt, lambda: a, a)
-            out_b = _eval_shape(fn, treedef, leaves, salt, lambda: b, b)
+            out_a = _eval_shape(fn, treedef, leaves, seed, lambda: a, a)
+            out_b = _eval_shape(fn, treedef, leaves, seed, lambda: b, b)
         except Exception:
             # Broadcasting against a known dimension: unknown sizes of 1 are the only guess
             # that fits; dimensions that come out as 1 stay unknown.
-            out_a = _eval_shape(fn, treedef, leaves, salt, lambda: 1, 1)
+            out_a = _eval_shape(fn, treedef, leaves, seed, lambda: 1, 1)
             out_b = jax.tree_util.tree_map(
                 lambda s: jax.ShapeDtypeStruct(
                     tuple(-1 if d == 1 else d for d in s.shape), s.dtype

@@ -21,11 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import get_opaque_trace_state
 
-from jaxkeras.graph.base import Node
+from jaxkeras.graph.base import Node, Subgraph
 from jaxkeras.graph.context import TOP_LEVEL_TRACE, Context, active_context, active_scope
 from jaxkeras.graph.infer import infer_shapes
-from jaxkeras.graph.interpret import evaluate, evaluate_now
-from jaxkeras.graph.runtime import NODE_IDS, SALTS, THREAD
+from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
+from jaxkeras.graph.runtime import NODE_IDS, THREAD
 from jaxkeras.graph.sparse import apply_op, is_bcoo
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class OpTensor(Tensor):
         fn: the op body.
         treedef: the structure of ``(args, kwargs)``.
         leaves: its leaves, symbolic or concrete.
-        salt: for random ops, the salt of their key; else ``None``.
+        seed: for random ops, their seed; else ``None``.
         shape: the inferred static shape.
         dtype: the inferred dtype name.
         name: the op name.
@@ -212,7 +212,7 @@ class OpTensor(Tensor):
         fn: Callable,
         treedef: Any,
         leaves: list,
-        salt: int | None,
+        seed: int | None,
         shape: tuple | None,
         dtype: str,
         name: str | None,
@@ -224,10 +224,10 @@ class OpTensor(Tensor):
         self._fn = fn
         self._treedef = treedef
         self._leaves = leaves
-        self._salt = salt
+        self._seed = seed
         self._parents = tuple(leaf for leaf in leaves if isinstance(leaf, Node))
         self._has_placeholder = any(p._has_placeholder for p in self._parents)
-        self._folds = salt is None
+        self._folds = seed is None
         if shape_of is not None:
             self._shape_of = shape_of
 
@@ -241,7 +241,8 @@ class OpTensor(Tensor):
 
     def _compute(self, ctx: Context, memo: dict) -> Any:
         values = [memo[leaf] if isinstance(leaf, Node) else leaf for leaf in self._leaves]
-        return apply_op(self._fn, self._treedef, values, self._salt, ctx)
+        key = None if self._seed is None else ctx.key(self._seed, self)
+        return apply_op(self._fn, self._treedef, values, key)
 
 
 class MultiOpTensor(OpTensor):
@@ -249,8 +250,8 @@ class MultiOpTensor(OpTensor):
 
     _kind = "multi"
 
-    def __init__(self, fn, treedef, leaves, salt, name) -> None:
-        super().__init__(fn, treedef, leaves, salt, None, "multi", name)
+    def __init__(self, fn, treedef, leaves, seed, name) -> None:
+        super().__init__(fn, treedef, leaves, seed, None, "multi", name)
         self._folds = False
 
 
@@ -289,6 +290,28 @@ class ItemTensor(Tensor):
         return jax.tree_util.tree_leaves(memo[self._parent], is_leaf=is_bcoo)[self._index]
 
 
+def random_nodes(outputs: Sequence[Any]) -> list[OpTensor]:
+    """Returns the random nodes that evaluating ``outputs`` may run, loop bodies included.
+
+    Args:
+        outputs: symbolic values (others are ignored).
+
+    Returns:
+        The nodes with a seed, each once, in a stable order.
+    """
+    found: dict = {}
+    pending = [list(outputs)]
+    while pending:
+        for node in topological_order(pending.pop(), None, {}):
+            if isinstance(node, OpTensor):
+                if node._seed is not None:
+                    found[node] = None
+                pending.extend(
+                    list(leaf.outputs) for leaf in node._leaves if isinstance(leaf, Subgraph)
+                )
+    return list(found)
+
+
 # ---------------------------------------------------------------------------------------------
 # recording
 
@@ -325,7 +348,7 @@ def record(
     args: tuple,
     kwargs: dict,
     *,
-    salt: int | None = None,
+    seed: int | None = None,
     name: str | None = None,
     shape_of: Node | None = None,
     uses_learning_phase: bool = False,
@@ -340,7 +363,7 @@ def record(
         fn: the pure body.
         args: positional arguments (pytrees whose leaves may be symbolic).
         kwargs: keyword arguments (likewise).
-        salt: for random ops, the salt of their key (the seed, or a fresh one).
+        seed: for random ops, their seed (the op takes a ``key=``); else ``None``.
         name: a name for the node.
         shape_of: for ``K.shape(x)``, the tensor ``x`` (lets shape inference fold it).
         uses_learning_phase: mark the outputs with Keras's ``_uses_learning_phase``.
@@ -361,9 +384,9 @@ def record(
         scope = active_scope()
         resolved = _resolve_in_scope(leaves, scope) if scope is not None else None
         if resolved is None:
-            return _make_node(fn, treedef, leaves, salt, name, shape_of, uses_learning_phase)
+            return _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase)
         leaves = resolved
-    elif salt is not None and ctx is None:
+    elif seed is not None and ctx is None:
         # A random op outside any context is a graph node, as in Keras 2: it draws fresh
         # numbers each time it runs (each K.eval, each call of a compiled function).
         if get_opaque_trace_state() != TOP_LEVEL_TRACE:
@@ -371,23 +394,28 @@ def record(
                 f"random op {name!r} called inside jax.jit/vmap/grad without a key: wrap the "
                 "code in `with K.state_scope(values, rng=key):` and pass a fresh key per call"
             )
-        return _make_node(fn, treedef, leaves, salt, name, shape_of, uses_learning_phase)
-    return apply_op(fn, treedef, leaves, salt, ctx)
+        return _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase)
+    return apply_op(fn, treedef, leaves, None if seed is None else ctx.key(seed))
 
 
-def _make_node(fn, treedef, leaves, salt, name, shape_of, uses_learning_phase) -> Any:
-    out_tree, outs = infer_shapes(fn, treedef, leaves, salt)
+def _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase) -> Any:
+    out_tree, outs = infer_shapes(fn, treedef, leaves, seed)
     if out_tree.num_leaves == 1 and jax.tree_util.treedef_is_leaf(out_tree):
         shape, dtype, sparse = outs[0]
         return OpTensor(
-            fn, treedef, leaves, salt, shape, dtype, name, sparse, shape_of, uses_learning_phase
+            fn, treedef, leaves, seed, shape, dtype, name, sparse, shape_of, uses_learning_phase
         )
-    node = MultiOpTensor(fn, treedef, leaves, salt, name)
+    node = MultiOpTensor(fn, treedef, leaves, seed, name)
     items = [
         ItemTensor(node, i, shape, dtype, sparse, uses_learning_phase)
         for i, (shape, dtype, sparse) in enumerate(outs)
     ]
     return jax.tree_util.tree_unflatten(out_tree, items)
+
+
+def draw_seed() -> int:
+    """Returns a seed for a random op built without one, from NumPy's global random state."""
+    return int(np.random.randint(10_000_000))
 
 
 def op(fn: Callable | None = None, *, name: str | None = None, random: bool = False):
@@ -400,8 +428,10 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
     Args:
         fn: the pure body.
         name: the node name prefix (default: the function's name).
-        random: the body takes a ``key=`` keyword argument; its salt is the op's ``seed``
-            argument when given, else a fresh one per node.
+        random: the body takes a ``key=`` keyword argument, derived from the op's ``seed``
+            argument; without one, the seed is drawn from NumPy's global random state when the
+            op is called (as both Keras 2 backends did, so ``np.random.seed`` makes a program
+            reproducible).
 
     Returns:
         The wrapped op; ``op.pure`` is the body.
@@ -418,11 +448,11 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        salt = None
+        seed = None
         if random:
             seed = signature.bind(*args, **kwargs).arguments.get("seed")
-            salt = SALTS.next() if seed is None else int(seed)
-        return record(fn, args, kwargs, salt=salt, name=label)
+            seed = draw_seed() if seed is None else int(seed)
+        return record(fn, args, kwargs, seed=seed, name=label)
 
     wrapper.pure = fn
     wrapper.op_name = label

@@ -1,7 +1,6 @@
-"""The graph layer's mutable state, in four named objects, and the interface to the store.
+"""The graph layer's mutable state, in three named objects, and the interface to the store.
 
-- :data:`NODE_IDS` numbers nodes (their names), process-wide; :data:`SALTS` numbers random
-  nodes built without a seed (``K.set_random_seed`` restarts it).
+- :data:`NODE_IDS` numbers nodes (their names), process-wide.
 - :data:`THREAD` holds each thread's own stacks: the active evaluation contexts and the
   control-dependency substitutions. Threads never see each other's.
 - :data:`PHASE` is the learning phase set by ``K.set_learning_phase`` (process-wide, as in
@@ -25,8 +24,15 @@ class StateSource(Protocol):
     def read(self, name: str) -> Any:
         """Returns the stored value of the variable called ``name``."""
 
-    def next_key(self) -> Any:
-        """Returns fresh raw key data for one evaluation; never the same twice."""
+    def draw_key(self, seed: int, node: Any = None) -> Any:
+        """Returns the key of the next run of a random op with ``seed``.
+
+        Args:
+            seed: the op's seed.
+            node: the op's node, whose runs the store counts (its numbers depend only on its
+                seed and how often it has run); ``None`` for an op run at once, which gets a
+                key never handed out before.
+        """
 
 
 class _Installed:
@@ -64,26 +70,6 @@ class _NodeIds:
         return next(self._counter)
 
 
-class _Salts:
-    """The salts of random nodes built without a seed: a counter that ``set_random_seed``
-    restarts, so that a program that builds the same graphs draws the same numbers."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._lock = threading.Lock()
-
-    def next(self) -> int:
-        """Returns the salt for the next random node that has no seed."""
-        with self._lock:
-            self._next += 1
-            return 1_000_003 + self._next
-
-    def reset(self) -> None:
-        """Restarts the numbering."""
-        with self._lock:
-            self._next = 0
-
-
 class _ThreadStacks(threading.local):
     """Each thread's active contexts and control-dependency substitutions."""
 
@@ -106,6 +92,5 @@ class _Phase:
 
 
 NODE_IDS = _NodeIds()
-SALTS = _Salts()
 THREAD = _ThreadStacks()
 PHASE = _Phase()

@@ -9,8 +9,6 @@ import jax
 import numpy as np
 from jax.experimental import sparse
 
-from jaxkeras.graph.context import Context
-
 
 def is_bcoo(x: Any) -> bool:
     """Returns whether ``x`` is a sparse (BCOO) array."""
@@ -49,9 +47,7 @@ def _has_tracer(values: list) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values))
 
 
-def apply_op(
-    fn: Callable, treedef: Any, values: list, salt: int | None, ctx: Context | None
-) -> Any:
+def apply_op(fn: Callable, treedef: Any, values: list, key: Any = None) -> Any:
     """Runs an op body on the flat argument ``values`` (the leaves of ``(args, kwargs)``).
 
     Args:
@@ -59,8 +55,7 @@ def apply_op(
         treedef: the structure of ``(args, kwargs)``.
         values: the leaves, all concrete (arrays, tracers, Python values); sparse arrays are
             whole leaves.
-        salt: for random ops, the salt of their key (passed as ``key=``).
-        ctx: where the key comes from (``None``: a fresh context).
+        key: for random ops, their key (passed as ``key=``); else ``None``.
 
     Returns:
         What ``fn`` returns. Ops whose inputs are all known at trace time (shapes, constants)
@@ -68,11 +63,11 @@ def apply_op(
         concrete number inside ``jax.jit``.
     """
     args, kwargs = jax.tree_util.tree_unflatten(treedef, values)
-    if salt is not None:
-        kwargs = dict(kwargs, key=(ctx or Context()).key(salt))
+    if key is not None:
+        kwargs = dict(kwargs, key=key)
     if not getattr(fn, "handles_sparse", False) and any(is_bcoo(v) for v in values):
         fn = _sparse_aware(fn)
-    if _has_tracer(values) or salt is not None:
+    if _has_tracer(values) or key is not None:
         return fn(*args, **kwargs)
     with jax.ensure_compile_time_eval():
         return fn(*args, **kwargs)
