@@ -17,8 +17,9 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkeras.config import floatx, normalize_data_format
+from jaxkeras.config import enable_x64_for, floatx, normalize_data_format
 from jaxkeras.graph import Node, VariableNode, standardize_dtype, static_shape
+from jaxkeras.graph.dtypes import ALIASES as _ALIASES
 
 PADDINGS = ("same", "valid")
 
@@ -205,17 +206,21 @@ def check_axes_of(fn: str, arg: str, x: Any, axis: Any) -> tuple | None:
 
 
 def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dtype") -> str:
-    """Returns the canonical name of ``dtype`` (``None``: ``default``, else floatx).
+    """Returns the canonical name of a requested ``dtype`` (``None``: ``default``, else floatx).
+
+    A 64-bit request turns on JAX's 64-bit mode (see :func:`jaxkeras.config.enable_x64_for`),
+    so the name returned is the one asked for: nothing is downcast silently.
 
     Raises:
         TypeError: for an unknown dtype.
     """
-    if dtype is None:
-        return standardize_dtype(default or floatx())
+    dtype = default or floatx() if dtype is None else dtype
     try:
-        return standardize_dtype(dtype, arg=arg)
+        standardize_dtype(dtype, arg=arg)  # an unknown dtype fails here, changing nothing
     except TypeError as err:
         raise TypeError(f"{fn}: {err}") from None
+    enable_x64_for(_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
+    return standardize_dtype(dtype, arg=arg)
 
 
 def check_float_dtype(fn: str, dtype: Any) -> str:

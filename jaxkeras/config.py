@@ -29,7 +29,7 @@ def follow(module: Any) -> None:
         module: an object with ``floatx``, ``epsilon``, ``image_data_format`` and their setters.
     """
     _source["module"] = module
-    _enable_x64_for(module.floatx())
+    enable_x64_for(module.floatx())
 
 
 def keras_home() -> str:
@@ -37,8 +37,22 @@ def keras_home() -> str:
     return os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
 
 
-def _enable_x64_for(dtype: str) -> None:
-    if dtype == "float64" and not jax.config.jax_enable_x64:
+def enable_x64_for(dtype: Any) -> None:
+    """Turns on JAX's 64-bit mode (``jax_enable_x64``) when ``dtype`` is a 64-bit type.
+
+    Without it JAX would silently make 32-bit arrays of a 64-bit request; jaxkeras never
+    downcasts silently, so asking for ``int64``, ``uint64``, ``float64`` or ``complex128``
+    (a dtype argument, ``set_floatx('float64')``) turns the mode on, for the whole process.
+
+    Args:
+        dtype: a dtype or dtype name.
+    """
+    try:
+        wide = np.dtype(dtype).itemsize == 8 and np.dtype(dtype).kind in "iufc"
+        wide = wide or np.dtype(dtype) == np.complex128
+    except TypeError:
+        return
+    if wide and not jax.config.jax_enable_x64:
         jax.config.update("jax_enable_x64", True)
 
 
@@ -50,7 +64,7 @@ def floatx() -> str:
     """
     if _source["module"] is not None:
         value = _source["module"].floatx()
-        _enable_x64_for(value)  # Keras's set_floatx may have asked for float64 since
+        enable_x64_for(value)  # Keras's set_floatx may have asked for float64 since
         return value
     return _settings["floatx"]
 
@@ -70,7 +84,7 @@ def set_floatx(value: str) -> None:
     value = str(np.dtype(value).name) if value in ("half", "float", "double") else value
     if value not in _FLOATX_CHOICES:
         raise ValueError(f"set_floatx: unknown floatx {value!r}; expected one of {_FLOATX_CHOICES}")
-    _enable_x64_for(value)
+    enable_x64_for(value)
     _settings["floatx"] = str(value)
     if _source["module"] is not None:
         _source["module"].set_floatx(value)

@@ -8,6 +8,7 @@ tensors, and replays inside ``K.function``, ``K.gradients`` and a user's ``jax.j
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -295,17 +296,28 @@ def categorical_crossentropy(
     return _categorical_crossentropy(target, output, bool(from_logits), axis, epsilon())
 
 
+def _labels_fit(target_shape: tuple, positions: tuple) -> bool:
+    """Whether a target of ``target_shape`` can hold one label per entry of ``positions``
+    (TF flattens the target; sizes are compared where both are known)."""
+    if None in target_shape or None in positions:
+        return True
+    return math.prod(target_shape) == math.prod(positions)
+
+
 @op(name="sparse_categorical_crossentropy")
 def _sparse_categorical_crossentropy(
     target: Any, output: Any, from_logits: bool, axis: int, eps: float
 ) -> Any:
     output = jnp.moveaxis(_float_array(output), axis, -1)
+    labels = jnp.asarray(target)
+    if not _labels_fit(labels.shape, output.shape[:-1]):
+        raise ValueError(
+            f"sparse_categorical_crossentropy: target of shape {labels.shape} does not hold one "
+            f"label per position of output {output.shape[:-1]} (classes on axis {axis})"
+        )
     logits = output if from_logits else jnp.log(_clip_probabilities(output, eps))
     log_p = jax.nn.log_softmax(logits, axis=-1)
-    labels = jnp.asarray(target)
-    if labels.ndim == output.ndim:
-        labels = jnp.squeeze(labels, axis=-1)
-    labels = labels.astype(jnp.int32)[..., None]
+    labels = labels.reshape(output.shape[:-1]).astype(jnp.int32)[..., None]
     return -jnp.take_along_axis(log_p, labels, axis=-1)[..., 0]
 
 
@@ -315,13 +327,14 @@ def sparse_categorical_crossentropy(
     """Categorical crossentropy with integer class targets.
 
     Probabilities are clipped to ``[epsilon, 1 - epsilon]`` and renormalized by a log-softmax of
-    their logarithm, as TF-Keras does; logits go through a stable log-softmax. A label outside
-    ``0..classes-1`` gives NaN.
+    their logarithm, as TF-Keras does; logits go through a stable log-softmax. As in TF-Keras,
+    the target may have any shape holding one label per position of ``output`` without
+    ``axis`` (it is flattened): ``(batch, 1)`` labels, or ``(batch, 1, h, w)`` targets of
+    channels-first outputs ``(batch, classes, h, w)``. A label outside ``0..classes-1`` gives
+    NaN.
 
     Args:
-        target: class indices (ints, or floats holding whole numbers) of the shape of
-            ``output`` without ``axis``, optionally with a trailing dimension of 1
-            (Keras' ``(batch, 1)`` labels).
+        target: class indices (ints, or floats holding whole numbers), one per position.
         output: probabilities, or logits when ``from_logits`` is True.
         from_logits: whether ``output`` holds logits.
         axis: the class axis of ``output``.
@@ -330,21 +343,19 @@ def sparse_categorical_crossentropy(
         A tensor of the shape of ``output`` without ``axis``.
 
     Raises:
-        ValueError: if ``axis`` is out of range or ``target`` does not fit ``output``.
+        ValueError: if ``axis`` is out of range or ``target`` does not hold one label per
+            position (checked when the sizes are known).
     """
     fn = "sparse_categorical_crossentropy"
     out_shape = int_shape(output)
     axis = check_axis(fn, "axis", axis, len(out_shape))
-    expected = out_shape[:axis] + out_shape[axis + 1 :]
+    positions = out_shape[:axis] + out_shape[axis + 1 :]
     target_shape = int_shape(target)
-    labels_shape = target_shape
-    if len(target_shape) == len(out_shape) and target_shape[-1] in (1, None):
-        labels_shape = target_shape[:-1]
-    if not compatible(labels_shape, expected):
+    if not _labels_fit(target_shape, positions):
         raise ValueError(
-            f"{fn}: target of shape {target_shape} does not fit output of shape {out_shape} "
-            f"with class axis {axis}: expected target shape {expected} (optionally with a "
-            "trailing 1)"
+            f"{fn}: target of shape {target_shape} does not hold one label per position of "
+            f"output of shape {out_shape} with class axis {axis}: expected {positions} "
+            "labels"
         )
     return _sparse_categorical_crossentropy(target, output, bool(from_logits), axis, epsilon())
 

@@ -19,10 +19,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxkeras import graph
-from jaxkeras.checks import (
-    check_bool,
-)
-from jaxkeras.graph import Context, Placeholder, Symbolic, dtype_of, standardize_dtype
+from jaxkeras.checks import check_bool, check_dtype
+from jaxkeras.graph import Context, Placeholder, Symbolic, dtype_of
 from jaxkeras.state import forbid_updates
 from jaxkeras.tensors import int_shape, ndim
 
@@ -194,6 +192,7 @@ def _rnn_body(
     unroll,
     time_major,
     zero_output_for_mask,
+    return_all_outputs,
 ):
     ctx = _context()
     inputs = inputs if time_major else _map(_swap, inputs)
@@ -211,7 +210,7 @@ def _rnn_body(
             fill = _map(jnp.zeros_like, output) if zero_output_for_mask else prev_output
             output = _select(mask_t, output, fill)
             new_states = _select(mask_t, new_states, states)
-        return (output, new_states), output
+        return (output, new_states), (output if return_all_outputs else None)
 
     # The last output is carried (not sliced from the stacked outputs), so that the outputs
     # are not materialized when only the last one is used.
@@ -223,10 +222,12 @@ def _rnn_body(
         for t in range(steps):
             carry, output = one_step(carry, _map(lambda a, t=t: a[t], (inputs, mask)))
             per_step.append(output)
-        outputs = _map(lambda *ys: jnp.stack(ys), *per_step)
+        outputs = _map(lambda *ys: jnp.stack(ys), *per_step) if return_all_outputs else None
     else:
         carry, outputs = lax.scan(one_step, carry, (inputs, mask))
     last_output, new_states = carry
+    if not return_all_outputs:
+        outputs = _map(lambda a: a[None], last_output)  # one time step: the last
     return last_output, (outputs if time_major else _map(_swap, outputs)), new_states
 
 
@@ -293,6 +294,7 @@ def rnn(
     input_length: Any = None,
     time_major: bool = False,
     zero_output_for_mask: bool = False,
+    return_all_outputs: bool = True,
 ) -> tuple[Any, Any, list]:
     """Iterates a step function over the time dimension of a tensor (compiled with ``lax.scan``).
 
@@ -321,10 +323,13 @@ def rnn(
             masks the steps from each length on when no ``mask`` is given.
         time_major: ``inputs``, ``mask`` and ``outputs`` are ``(time, samples, ...)``.
         zero_output_for_mask: masked steps output zeros instead of the previous output.
+        return_all_outputs: when False, ``outputs`` holds only the last output (one time
+            step), and the loop does not keep the others (less memory), as in TF-Keras 2.
 
     Returns:
         ``(last_output, outputs, new_states)``: the output of the last step ``(samples, ...)``,
-        all outputs ``(samples, time, ...)`` and the list of final states.
+        all outputs ``(samples, time, ...)`` (``(samples, 1, ...)`` with
+        ``return_all_outputs=False``) and the list of final states.
 
     Raises:
         ValueError: for inputs of rank below 3, ``unroll=True`` without a static number of
@@ -341,13 +346,14 @@ def rnn(
         >>> K.int_shape(outputs)
         (None, 5, 3)
     """
-    go_backwards, unroll, time_major, zero_output_for_mask = (
+    go_backwards, unroll, time_major, zero_output_for_mask, return_all_outputs = (
         check_bool("rnn", a, v)
         for v, a in [
             (go_backwards, "go_backwards"),
             (unroll, "unroll"),
             (time_major, "time_major"),
             (zero_output_for_mask, "zero_output_for_mask"),
+            (return_all_outputs, "return_all_outputs"),
         ]
     )
     time_axis = 0 if time_major else 1
@@ -374,6 +380,7 @@ def rnn(
             unroll=unroll,
             time_major=time_major,
             zero_output_for_mask=zero_output_for_mask,
+            return_all_outputs=return_all_outputs,
         ),
         name="rnn",
         uses_learning_phase=step.uses_learning_phase,
@@ -424,7 +431,7 @@ def map_fn(fn: Callable, elems: Any, name: str | None = None, dtype: Any = None)
         array([[ 0.,  2.], [ 4.,  6.], [ 8., 10.]], dtype=float32)
     """
     _check_elems(elems, "map_fn")
-    dtype = None if dtype is None else standardize_dtype(dtype)
+    dtype = None if dtype is None else check_dtype("map_fn", dtype)
     step = StepGraph(fn, [_per_step(elems, 0, "map_fn/elem")], "map_fn")
     return graph.record(
         _map_body, (elems, step.captured), dict(step=step, dtype=dtype), name="map_fn"

@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse
 
-from jaxkeras import config, graph
-from jaxkeras.checks import check_fits, check_seed, check_variable
-from jaxkeras.graph import Context, Symbolic, VariableNode, standardize_dtype
+from jaxkeras import graph
+from jaxkeras.checks import check_dtype, check_fits, check_seed, check_variable
+from jaxkeras.graph import Context, Symbolic, VariableNode
 
 # ---------------------------------------------------------------------------------------------
 # the store
@@ -386,7 +386,7 @@ def variable(
         array([[2., 4.],
                [6., 8.]], dtype=float32)
     """
-    dtype = standardize_dtype(dtype or config.floatx())
+    dtype = check_dtype("variable", dtype)
     if constraint is not None and not callable(constraint):
         raise TypeError(f"variable: constraint must be callable, got {constraint!r}")
     data = _copy_to_device(_value_of(value), dtype)

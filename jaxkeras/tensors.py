@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse
 
-from jaxkeras import config, graph, state
-from jaxkeras.graph import Placeholder, Symbolic, dtype_of, op, standardize_dtype
+from jaxkeras import graph, state
+from jaxkeras.checks import check_dtype
+from jaxkeras.graph import Placeholder, Symbolic, dtype_of, op
 from jaxkeras.state import Variable
 
 
@@ -63,7 +64,7 @@ def placeholder(
         raise ValueError(f"placeholder: shape dimensions must be >= 0, got {shape!r}")
     if ndim is not None and ndim != len(shape):
         raise ValueError(f"placeholder: ndim={ndim} disagrees with shape {shape}")
-    dtype = standardize_dtype(dtype or config.floatx())
+    dtype = check_dtype("placeholder", dtype)
     label = state.scoped_name(name) if name else None
     return Placeholder(shape, dtype, label, sparse=bool(sparse))
 
@@ -226,7 +227,7 @@ def constant(
     Returns:
         A ``jax.Array``.
     """
-    dtype = standardize_dtype(dtype or config.floatx())
+    dtype = check_dtype("constant", dtype)
     array = jnp.asarray(np.asarray(value), dtype=dtype)
     if shape is None:
         return array

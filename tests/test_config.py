@@ -91,3 +91,48 @@ def test_malformed_keras_json_names_the_file(tmp_path):
 def test_missing_keras_json_is_fine(tmp_path):
     out = _run("import jaxkeras as K; print(K.floatx())", tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "float32"
+
+
+def test_64_bit_dtypes_are_never_downcast(tmp_path):
+    # A 64-bit request turns on JAX's 64-bit mode (for the process), as float64 floatx does;
+    # float32 code keeps float32. Run in a fresh process: the mode is process-wide.
+    code = """
+import jax, numpy as np, jaxkeras as K
+assert not jax.config.jax_enable_x64
+w = K.variable(np.ones((2, 2)))
+x = K.placeholder((None, 2))
+f = K.function([x], [K.dot(x, w)])
+assert f([np.ones((1, 2))])[0].dtype == np.float32
+it = K.variable(0, dtype="int64", name="iterations")
+assert jax.config.jax_enable_x64
+assert it.dtype == "int64" and K.get_value(it).dtype == np.int64
+big = K.variable(2**40, dtype="int64")
+assert int(K.get_value(big)) == 2**40
+idx = K.placeholder((None,), dtype="int64")
+g = K.function([idx], [idx * 2], updates=[K.update_add(it, 1)])
+out = g([np.array([2**33], np.int64)])[0]
+assert out.dtype == np.int64 and int(out[0]) == 2**34 and int(K.get_value(it)) == 1
+assert K.dtype(K.arange(3, 0, -1, dtype="int64")) == "int64"
+assert K.dtype(K.cast(np.ones(2), "float64")) == "float64"
+assert K.dtype(K.zeros((2,), dtype="uint64")) == "uint64"
+assert f([np.ones((1, 2))])[0].dtype == np.float32  # float32 graphs stay float32
+assert K.dtype(K.dot(x, w)) == "float32" and K.dtype(K.variable(1.0)) == "float32"
+print("ok")
+"""
+    out = _run(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_an_unknown_dtype_changes_no_mode(tmp_path):
+    code = """
+import jax, jaxkeras as K
+try:
+    K.variable(1, dtype="int65")
+except TypeError as err:
+    assert "int65" in str(err), err
+assert not jax.config.jax_enable_x64
+print("ok")
+"""
+    out = _run(code, tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -33,8 +33,6 @@ EXCLUDED = {
     "backends with each other (KTF, KTH)",
     "test_resize_images_bilinear[channels_last]": "compares the TensorFlow and Theano "
     "backends with each other (KTF, KTH)",
-    "test_arange": "asks for int64/float64 arrays, which JAX makes only in x64 mode; it runs "
-    "separately with JAX_ENABLE_X64=1 below",
 }
 
 pytestmark = pytest.mark.skipif(
@@ -104,8 +102,3 @@ def test_keras_backend_suite_passes(tmp_path):
         f"Keras 2.3.1 backend suite: {passed} passed, {len(EXCLUDED)} excluded, "
         f"{len(results) - passed - len(EXCLUDED)} skipped by the suite"
     )
-
-
-def test_arange_passes_in_x64_mode(tmp_path):
-    results = _run_suite(tmp_path, "-k", "test_arange", env={"JAX_ENABLE_X64": "1"})
-    assert results and all(outcome == "passed" for outcome, _ in results.values()), results

@@ -250,6 +250,21 @@ def test_sparse_categorical_crossentropy_axis_and_rank3():
     ) == (None, 3)
 
 
+def test_sparse_categorical_crossentropy_flattens_channels_first_targets():
+    # TF-Keras flattens the target: (batch, 1, h, w) labels for a (batch, classes, h, w) output
+    p = uniform((2, 4, 3, 3), 0.05, 0.95)
+    labels = RNG.integers(0, 4, (2, 1, 3, 3)).astype(np.float32)
+    t_ph, p_ph = K.placeholder((None, 1, 3, 3)), K.placeholder((None, 4, 3, 3))
+    loss = K.sparse_categorical_crossentropy(t_ph, p_ph, axis=1)
+    assert K.int_shape(loss) == (None, 3, 3)
+    got = K.function([t_ph, p_ph], [loss])([labels, p])[0]
+    np.testing.assert_allclose(got, np_sparse_cce(labels, p, axis=1), rtol=1e-5)
+    flat = K.sparse_categorical_crossentropy(labels.reshape(-1), np.moveaxis(p, 1, -1))
+    np.testing.assert_allclose(flat, np_sparse_cce(labels, p, axis=1), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"target of shape \(2, 2, 3, 3\)"):
+        K.sparse_categorical_crossentropy(np.zeros((2, 2, 3, 3)), p, axis=1)
+
+
 def _value_and_grad(loss, target, output):
     (value, grad) = run(lambda t, o: [loss(t, o), K.gradients(loss(t, o), [o])[0]], target, output)
     return value, grad
@@ -370,6 +385,19 @@ def test_dropout_noise_shape(noise_shape, axis):
     mask = out != 0
     assert np.all(mask == mask.take([0], axis=axis))  # constant along the broadcast axis
     assert 0 < mask.mean() < 1
+
+
+def test_dropout_fixed_noise_shape_with_unknown_batch_is_checked_at_run_time():
+    # the fixed noise_shape conflicts only with shape inference's stand-in batch sizes
+    x = K.placeholder((None, 2))
+    y = K.dropout(x, 0.5, noise_shape=(3, 1), seed=1)
+    assert K.int_shape(y) == (None, 2)
+    f = K.function([x], [y])
+    out = f([np.ones((3, 2), np.float32)])[0]
+    assert set(np.unique(out)) <= {0.0, 2.0}
+    np.testing.assert_array_equal(out[:, 0], out[:, 1])  # one mask value per row
+    with pytest.raises(ValueError, match=r"noise_shape \(3, 1\) does not broadcast.*\(5, 2\)"):
+        f([np.ones((5, 2), np.float32)])
 
 
 def test_dropout_bad_arguments():

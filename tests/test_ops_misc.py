@@ -76,7 +76,7 @@ def test_identity():
         ((-3,), {}, np.arange(0)),
         ((2, 7, 2), {}, np.arange(2, 7, 2)),
         ((0, 10, 1.5), {"dtype": "float32"}, np.arange(0, 10, 1.5)),
-        ((3, 0, -1), {"dtype": "int64"}, np.arange(3, 0, -1)),
+        ((3, 0, -1), {"dtype": "int16"}, np.arange(3, 0, -1)),
     ],
 )
 def test_arange(args, kwargs, expected):

@@ -309,6 +309,35 @@ def test_unroll_equals_scan():
         np.testing.assert_allclose(unrolled, scanned, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("unroll", [False, True])
+@pytest.mark.parametrize("time_major", [False, True])
+def test_return_all_outputs_false_keeps_only_the_last_output(unroll, time_major):
+    w = variables_for(weights_for(LSTM))
+    x = np.swapaxes(X, 0, 1) if time_major else X
+    mask = MASK.T if time_major else MASK
+    x_ph = K.placeholder(x.shape)
+    results = {}
+    for keep in (True, False):
+        last, outputs, states = K.rnn(
+            LSTM.keras(w),
+            x_ph,
+            [np.zeros((B, U), np.float32)] * 2,
+            mask=mask,
+            unroll=unroll,
+            time_major=time_major,
+            return_all_outputs=keep,
+        )
+        expected = (1, B, U) if time_major else (B, 1, U)
+        assert keep or K.int_shape(outputs) == expected
+        results[keep] = K.function([x_ph], [last, outputs, *states])([x])
+    every, only_last = results[True], results[False]
+    for a, b in zip([every[0], *every[2:]], [only_last[0], *only_last[2:]]):
+        np.testing.assert_array_equal(a, b)
+    last_step = every[1][-1:] if time_major else every[1][:, -1:]
+    np.testing.assert_array_equal(only_last[1], last_step)
+    np.testing.assert_array_equal(np.squeeze(only_last[1], 0 if time_major else 1), every[0])
+
+
 def test_one_trace_for_many_calls_and_new_weights_without_recompiling():
     weights = weights_for(Simple)
     w = variables_for(weights)

@@ -7,7 +7,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bool_": "bool"}
+ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bool_": "bool"}
+"""Dtype names Keras code uses that NumPy spells otherwise."""
 
 
 def standardize_dtype(dtype: Any, arg: str = "dtype") -> str:
@@ -24,7 +25,7 @@ def standardize_dtype(dtype: Any, arg: str = "dtype") -> str:
         TypeError: naming ``arg`` and the value when it is not a dtype.
     """
     if isinstance(dtype, str):
-        dtype = _ALIASES.get(dtype, dtype)
+        dtype = ALIASES.get(dtype, dtype)
     try:
         np_dtype = jnp.dtype(dtype)
     except TypeError:

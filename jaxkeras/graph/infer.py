@@ -170,6 +170,42 @@ def _dims_from(out_specs_a, out_specs_b=None) -> list:
     return result
 
 
+def _guesses(leaves: list) -> list[int]:
+    """Sizes an unknown dimension may have for the op to run: 1 (broadcasting), then the known
+    sizes among its arguments (a fixed ``noise_shape`` against a ``None`` batch)."""
+    sizes = [1]
+    for leaf in leaves:
+        if isinstance(leaf, Node):
+            dims = leaf._shape or ()
+        elif isinstance(leaf, (int, np.integer)) and not isinstance(leaf, bool):
+            dims = (leaf,)
+        else:
+            dims = np.shape(leaf)
+        sizes.extend(int(d) for d in dims if d is not None and int(d) > 1)
+    return list(dict.fromkeys(sizes))
+
+
+def _guess(fn, treedef, leaves, seed) -> tuple[Any, Any]:
+    """Shapes from the first size in :func:`_guesses` the op runs with; output dimensions equal
+    to it come out unknown (the second result marks them). A conflict that only this guess
+    resolves is checked again when the real shapes arrive."""
+    error = None
+    for size in _guesses(leaves):
+        try:
+            out = _eval_shape(fn, treedef, leaves, seed, lambda size=size: size, size)
+        except Exception as err:
+            error = error or err
+            continue
+        marked = jax.tree_util.tree_map(
+            lambda s, size=size: jax.ShapeDtypeStruct(
+                tuple(-1 if d == size else d for d in s.shape), s.dtype
+            ),
+            out,
+        )
+        return out, marked
+    raise error
+
+
 def infer_shapes(fn, treedef, leaves, seed) -> tuple[Any, list]:
     """Infers output structure, shapes (``None`` kept) and dtypes of an op on symbolic leaves.
 
@@ -202,15 +238,7 @@ def infer_shapes(fn, treedef, leaves, seed) -> tuple[Any, list]:
             out_a = _eval_shape(fn, treedef, leaves, seed, lambda: a, a)
             out_b = _eval_shape(fn, treedef, leaves, seed, lambda: b, b)
         except Exception:
-            # Broadcasting against a known dimension: unknown sizes of 1 are the only guess
-            # that fits; dimensions that come out as 1 stay unknown.
-            out_a = _eval_shape(fn, treedef, leaves, seed, lambda: 1, 1)
-            out_b = jax.tree_util.tree_map(
-                lambda s: jax.ShapeDtypeStruct(
-                    tuple(-1 if d == 1 else d for d in s.shape), s.dtype
-                ),
-                out_a,
-            )
+            out_a, out_b = _guess(fn, treedef, leaves, seed)
         result = (jax.tree_util.tree_structure(out_a, is_leaf=is_bcoo), _dims_from(out_a, out_b))
     if key is not None:
         SHAPE_CACHE.put(key, result)
