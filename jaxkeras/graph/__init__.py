@@ -22,7 +22,7 @@ Modules, lowest first (each imports only those before it):
 | ``grad`` | gradient nodes |
 """
 
-from jaxkeras.graph.base import Node, Subgraph, static_shape
+from jaxkeras.graph.base import Node, Subgraph, is_node, static_shape
 from jaxkeras.graph.context import Context, active_context, active_scope, derive_key
 from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras.graph.grad import GradNode, gradient_nodes
@@ -73,6 +73,7 @@ __all__ = [
     "gradient_nodes",
     "install_state_source",
     "is_bcoo",
+    "is_node",
     "op",
     "random_nodes",
     "record",

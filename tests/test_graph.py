@@ -1,0 +1,260 @@
+"""The graph package: the op decorator, node construction, the interpreter, shape inference,
+contexts and the operator table."""
+
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxkeras as K
+from jaxkeras import graph
+from jaxkeras.graph import Context, evaluate, topological_order
+from jaxkeras.graph.infer import SHAPE_CACHE, infer_shapes
+
+calls = []
+
+
+@K.op(name="traced_double")
+def traced_double(x):
+    calls.append(type(x).__name__)
+    return x * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# the op decorator
+
+
+def test_op_runs_at_once_on_arrays_and_records_on_symbolic_values():
+    out = traced_double(np.arange(3.0))
+    assert not isinstance(out, graph.Node) and calls[-1] == "ndarray"
+    np.testing.assert_array_equal(out, [0.0, 2.0, 4.0])
+    x = K.placeholder((None, 3))
+    node = traced_double(x)
+    assert isinstance(node, graph.OpTensor) and node.name.startswith("traced_double_")
+    assert K.int_shape(node) == (None, 3) and node.dtype == "float32"
+    assert traced_double.pure(5) == 10 and traced_double.op_name == "traced_double"
+
+
+def test_symbolic_values_inside_lists_are_recorded():
+    add_all = K.op(lambda xs: sum(xs), name="add_all")
+    x, v = K.placeholder((2,)), K.variable([1.0, 2.0])
+    node = add_all([x, v, np.ones(2)])
+    assert set(node._inputs()) == {x, v}
+    out = K.function([x], [node])([np.array([10.0, 20.0])])[0]
+    np.testing.assert_array_equal(out, [12.0, 23.0])
+
+
+def test_ops_with_several_outputs_give_item_tensors():
+    split = K.op(lambda x: (x[:1], {"rest": x[1:]}), name="split")
+    head, tail = split(K.placeholder((4,)))
+    assert K.int_shape(head) == (1,) and K.int_shape(tail["rest"]) == (3,)
+    assert head._parent is tail["rest"]._parent
+    assert isinstance(head._parent, graph.MultiOpTensor)
+
+
+def test_record_flags_are_constructor_arguments():
+    x = K.placeholder((None, 2))
+    shape = K.shape(x)
+    assert shape._shape_of is x and K.int_shape(shape) == (2,)
+    marked = graph.record(lambda a: a + 1, (x,), {}, name="marked", uses_learning_phase=True)
+    assert marked._uses_learning_phase is True
+    plain = graph.record(lambda a: a + 1, (x,), {}, name="plain")
+    assert not hasattr(plain, "_uses_learning_phase")
+
+
+def test_random_op_inside_jit_without_a_key_says_what_to_do():
+    @jax.jit
+    def draw(x):
+        return x + K.random_normal((2,))
+
+    with pytest.raises(ValueError, match="state_scope"):
+        draw(np.zeros(2))
+
+
+# ---------------------------------------------------------------------------------------------
+# the interpreter
+
+
+def test_topological_order_puts_dependencies_first_and_skips_known_nodes():
+    x = K.placeholder((2,))
+    a = x + 1
+    b = a * 2
+    c = a - b
+    order = topological_order([c], None, {})
+    assert order.index(x) < order.index(a) < order.index(b) < order.index(c)
+    assert x not in topological_order([c], None, {x: np.zeros(2)})
+
+
+def test_evaluate_uses_the_memo_and_names_unfed_placeholders():
+    x = K.placeholder((2,), name="features")
+    y = x * 3
+    memo = {x: np.array([1.0, 2.0])}
+    (value,) = evaluate([y], Context(), memo)
+    np.testing.assert_array_equal(value, [3.0, 6.0])
+    assert y in memo  # filled with what was computed
+    with pytest.raises(ValueError, match=r"'features' \(shape \(2,\), dtype float32\)"):
+        evaluate([y], Context())
+
+
+def test_evaluate_perturb_adds_deltas():
+    x = K.placeholder(())
+    y = x * 2
+    z = y + 1
+    (value,) = evaluate([z], Context(), {x: 1.0}, perturb={y: 10.0})
+    assert float(value) == 13.0
+
+
+def test_context_gives_a_node_one_key_per_evaluation():
+    node = K.random_uniform((3,), seed=4)
+    twice = K.function([], [node, node + 0.0])
+    first, second = twice([])
+    np.testing.assert_array_equal(first, second)
+    ctx = Context(rng=jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(ctx.key(4, node), ctx.key(4, node))
+    np.testing.assert_array_equal(ctx.key(4), jax.random.fold_in(jax.random.PRNGKey(0), 4))
+
+
+def test_random_nodes_are_found_inside_loop_bodies():
+    outside = K.random_uniform((1, 2), seed=1)
+    inside = []
+
+    def step(x_t, states):
+        noise = K.random_uniform((1, 2), seed=2)
+        inside.append(noise)
+        return x_t + noise + outside, [states[0]]
+
+    x = K.placeholder((None, 3, 2))
+    _, outputs, _ = K.rnn(step, x, [K.zeros_like(x[:, 0, :1])])
+    found = graph.random_nodes([outputs])
+    assert outside in found and inside[0] in found
+
+
+# ---------------------------------------------------------------------------------------------
+# shape inference
+
+
+def test_unknown_dimensions_stay_unknown_and_known_ones_are_inferred():
+    x = K.placeholder((None, 3, 4))
+    assert K.int_shape(K.sum(x, axis=1)) == (None, 4)
+    assert K.int_shape(K.reshape(x, (-1, 12))) == (None, 12)
+    assert K.int_shape(K.reshape(x, (K.shape(x)[0] * 3, 4))) == (None, 4)
+    assert K.int_shape(K.concatenate([x, x], axis=0)) == (None, 3, 4)
+
+
+def test_stand_in_sizes_split_an_unknown_dimension():
+    x = K.placeholder((None,))
+    # reshaping an unknown size to (-1, 4) needs a size divisible by 4
+    assert K.int_shape(K.reshape(x, (-1, 4))) == (None, 4)
+
+
+def test_a_conflict_only_the_stand_ins_create_is_not_an_error():
+    x = K.placeholder((None, 2))
+    y = x + np.ones((3, 2), np.float32)  # runs when the batch is 1 or 3
+    assert K.int_shape(y)[1] == 2
+    out = K.function([x], [y])([np.zeros((3, 2), np.float32)])[0]
+    np.testing.assert_array_equal(out, np.ones((3, 2)))
+
+
+def test_a_real_conflict_is_still_an_error():
+    with pytest.raises(Exception, match=r"(?i)incompatible|broadcast"):
+        K.placeholder((None, 2)) + np.ones((3, 5), np.float32)
+
+
+def test_shape_inference_is_cached_by_op_static_arguments_and_shapes():
+    SHAPE_CACHE.clear()
+    calls.clear()
+    a, b = K.placeholder((None, 7)), K.placeholder((None, 7))
+    traced_double(a)
+    first = len(calls)
+    traced_double(b)  # same op, same input shape and dtype: cached
+    assert len(calls) == first
+    traced_double(K.placeholder((None, 8)))
+    assert len(calls) > first
+    leaves, treedef = jax.tree_util.tree_flatten(((a,), {}), is_leaf=graph.is_node)
+    assert infer_shapes(traced_double.pure, treedef, leaves, None)[1] == [
+        ((None, 7), "float32", False)
+    ]
+
+
+def test_sparse_outputs_are_inferred_sparse():
+    labels = K.placeholder((None, 4), dtype="int32")
+    lengths = K.placeholder((None,), dtype="int32")
+    assert K.is_sparse(K.ctc_label_dense_to_sparse(labels, lengths))
+
+
+# ---------------------------------------------------------------------------------------------
+# symbolic values
+
+
+BINARY = [
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.truediv,
+    operator.floordiv,
+    operator.mod,
+    operator.pow,
+    operator.lt,
+    operator.le,
+    operator.gt,
+    operator.ge,
+]
+
+
+@pytest.mark.parametrize("fn", BINARY, ids=lambda f: f.__name__)
+def test_operators_match_numpy_both_ways(fn):
+    a = np.array([1.5, 2.0, 3.25], np.float32)
+    b = np.array([0.5, 4.0, 2.0], np.float32)
+    v = K.variable(a)
+    np.testing.assert_allclose(K.eval(fn(v, b)), fn(a, b), rtol=1e-6)
+    np.testing.assert_allclose(K.eval(fn(b, v)), fn(b, a), rtol=1e-6)
+
+
+def test_unary_logical_and_matmul_operators():
+    a = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)
+    v = K.variable(a)
+    np.testing.assert_array_equal(K.eval(-v), -a)
+    np.testing.assert_array_equal(K.eval(abs(v)), np.abs(a))
+    assert +v is v
+    np.testing.assert_allclose(K.eval(v @ a), a @ a)
+    np.testing.assert_allclose(K.eval(a @ v), a @ a)
+    f, t = K.variable(np.array([True, False]), dtype="bool"), np.array([True, True])
+    np.testing.assert_array_equal(K.eval(f & t), [True, False])
+    np.testing.assert_array_equal(K.eval(t | f), [True, True])
+    np.testing.assert_array_equal(K.eval(f ^ t), [False, True])
+    np.testing.assert_array_equal(K.eval(~f), [False, True])
+
+
+def test_equality_is_identity_and_nodes_are_hashable():
+    x, y = K.placeholder((2,)), K.placeholder((2,))
+    assert x == x and x != y and len({x, y, x}) == 2
+    with pytest.raises(TypeError, match="truth value"):
+        bool(x)
+
+
+def test_indexing_iteration_and_conversion():
+    v = K.variable(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(K.eval(v[1, ::2]), [3.0, 5.0])
+    rows = [K.eval(r) for r in v]
+    np.testing.assert_array_equal(rows[1], [3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(np.asarray(v * 2), np.arange(6.0).reshape(2, 3) * 2)
+    x = K.placeholder((None, 3))
+    with pytest.raises(TypeError, match="not known statically"):
+        len(x)
+    assert K.int_shape(x[:, K.shape(x)[1] - 1]) == (None,)
+
+
+def test_repr_shows_values_of_placeholder_free_tensors():
+    assert "value=[2. 4.]" in repr(K.variable([1.0, 2.0]) * 2)
+    assert "value" not in repr(K.placeholder((2,)) * 2)
+
+
+def test_dtype_of_and_standardize_dtype():
+    assert graph.dtype_of(K.placeholder((), dtype="int32")) == "int32"
+    assert graph.dtype_of(np.zeros(2, np.float32)) == "float32"
+    assert graph.dtype_of(jnp.zeros(2, jnp.bfloat16)) == "bfloat16"
+    assert graph.standardize_dtype("float") == "float32"
+    with pytest.raises(TypeError, match="dtype: unknown dtype 'floaty'"):
+        graph.standardize_dtype("floaty")
