@@ -6,6 +6,7 @@ loads this module as an external backend with ``KERAS_BACKEND=jaxkeras``.
 
 from jaxkeras import config as _config
 from jaxkeras import keras2 as _keras2
+from jaxkeras.checkpoint import restore_checkpoint, save_checkpoint
 from jaxkeras.compat import (
     Session,
     clear_session,

@@ -125,6 +125,7 @@ class Store:
         lock: the :class:`RWLock` guarding ``values``.
         seed: the global seed every random key derives from (``K.set_random_seed``).
         runs: random node -> how many times it has run (weakly keyed).
+        restored_runs: seed -> runs, from a restored checkpoint, for nodes not yet run since.
         draws: how many keys were drawn for ops run at once (outside any graph).
     """
 
@@ -133,6 +134,7 @@ class Store:
         self.lock = RWLock()
         self.seed = seed
         self.runs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.restored_runs: dict[int, int] = {}
         self.draws = 0
         self._rng_lock = threading.Lock()
 
@@ -166,7 +168,7 @@ class Store:
                 self.draws += 1
                 run = 0x80000000 | (self.draws & 0x7FFFFFFF)
             else:
-                run = self.runs.get(node, 0)
+                run = self._runs_of(node)
                 self.runs[node] = run + 1
             base = self.seed
         return graph.derive_key(base, seed, run)
@@ -180,10 +182,33 @@ class Store:
         with self._rng_lock:
             table = [self.seed]
             for node in nodes:
-                run = self.runs.get(node, 0)
+                run = self._runs_of(node)
                 table.append(run)
                 self.runs[node] = run + 1
         return np.asarray(table, dtype=np.uint32)
+
+    def _runs_of(self, node: Any) -> int:
+        run = self.runs.get(node)
+        return self.restored_runs.get(node._seed, 0) if run is None else run
+
+    def rng_state(self) -> dict[str, Any]:
+        """Returns the random-number state: the global seed, the draw count, and each seed's
+        run count (the largest among live nodes sharing it)."""
+        with self._rng_lock:
+            runs = dict(self.restored_runs)
+            for node, count in list(self.runs.items()):
+                runs[node._seed] = max(count, runs.get(node._seed, 0))
+            return {"seed": self.seed, "draws": self.draws, "runs": sorted(runs.items())}
+
+    def set_rng_state(self, state: Mapping[str, Any]) -> None:
+        """Restores a state from :meth:`rng_state`: live random nodes and those built later
+        continue from their seed's run count."""
+        runs = {int(seed): int(count) for seed, count in state["runs"]}
+        with self._rng_lock:
+            self.seed, self.draws = int(state["seed"]), int(state["draws"])
+            self.restored_runs = runs
+            for node in list(self.runs.keys()):
+                self.runs[node] = runs.get(node._seed, 0)
 
     def drop(self, name: str) -> None:
         """Forgets a variable's value (called when the variable is garbage-collected)."""
@@ -218,10 +243,7 @@ def set_random_seed(seed: int) -> None:
     if seed >= 2**32:
         raise ValueError(f"set_random_seed: seed must be < 2**32, got {seed!r}")
     np.random.seed(seed)
-    with STORE._rng_lock:
-        STORE.seed = seed
-        STORE.runs.clear()
-        STORE.draws = 0
+    STORE.set_rng_state({"seed": seed, "draws": 0, "runs": []})
 
 
 def _copy_to_device(value: Any, dtype: str) -> Any:
@@ -765,7 +787,7 @@ def get_state(variables: Sequence[Variable | str] | None = None) -> dict[str, ja
             names = list(STORE.values)
         else:
             names = [v.name if isinstance(v, Variable) else v for v in variables]
-        return {n: jnp.array(STORE.read(n), copy=True) for n in names}
+        return {n: _copy_to_device(STORE.read(n), STORE.read(n).dtype) for n in names}
 
 
 def set_state(values: Mapping[str, Any]) -> None:

@@ -29,6 +29,9 @@ from jaxkeras.graph.sparse import apply_op, is_bcoo
 # which split an unknown dimension still divide; dimensions that differ between them are unknown.
 _SENTINELS = (2520, 27720)
 _STATIC_WALK_LIMIT = 64
+# One symbolic dimension for every unknown one, made once: a fresh one per inference would make
+# every trace new to JAX's caches, which would then grow with every op recorded.
+(_SYMBOLIC,) = export.symbolic_shape("b")
 
 
 class _ShapeCache:
@@ -227,8 +230,7 @@ def infer_shapes(fn, treedef, leaves, seed) -> tuple[Any, list]:
         if cached is not None:
             return cached
     try:
-        (sym,) = export.symbolic_shape("b")
-        out = _eval_shape(fn, treedef, leaves, seed, lambda: sym, None)
+        out = _eval_shape(fn, treedef, leaves, seed, lambda: _SYMBOLIC, None)
         result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
     except Exception:
         # Unknown dimensions that the op cannot reason about symbolically: run it twice with
