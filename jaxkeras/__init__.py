@@ -79,8 +79,9 @@ from jaxkeras.tensors import (
 
 if _keras2.loaded_by_keras():
     _keras2.install()  # Keras read keras.json itself; follow its settings
+    _config.enable_compilation_cache(_config.read_keras_json())
 else:
-    _config.load_keras_json()
+    _config.enable_compilation_cache(_config.load_keras_json())
     _keras2.watch_for_keras()
 
 __version__ = "0.1.0"

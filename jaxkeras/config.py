@@ -1,4 +1,5 @@
-"""Global settings: floatx, epsilon and image data format, read once from keras.json."""
+"""Global settings (floatx, epsilon, image data format) read once from keras.json, and JAX's
+persistent compilation cache, on by default beside it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental.compilation_cache import compilation_cache
 
 _FLOATX_CHOICES = ("float16", "bfloat16", "float32", "float64")
 _DATA_FORMATS = ("channels_last", "channels_first")
@@ -171,6 +173,33 @@ def normalize_data_format(value: str | None) -> str:
     return lowered
 
 
+def read_keras_json(path: str | None = None) -> dict[str, Any]:
+    """Reads a keras.json file, when it exists; never writes it.
+
+    Args:
+        path: the file; default ``keras_home()/keras.json``.
+
+    Returns:
+        The settings (empty when there is no file).
+
+    Raises:
+        ValueError: naming the file when it is not a valid JSON object.
+    """
+    path = path or os.path.join(keras_home(), "keras.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"jaxkeras: cannot read Keras config file {path}: {err}") from err
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"jaxkeras: cannot read Keras config file {path}: the top level must be a JSON object"
+        )
+    return data
+
+
 def load_keras_json(path: str | None = None) -> dict[str, Any]:
     """Applies the settings of a keras.json file, when it exists; never writes it.
 
@@ -184,19 +213,80 @@ def load_keras_json(path: str | None = None) -> dict[str, Any]:
         ValueError: naming the file when it is not valid JSON or holds an invalid setting.
     """
     path = path or os.path.join(keras_home(), "keras.json")
-    if not os.path.exists(path):
-        return {}
+    data = read_keras_json(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        if not isinstance(data, dict):
-            raise ValueError("the top level must be a JSON object")
         if "floatx" in data:
             set_floatx(data["floatx"])
         if "epsilon" in data:
             set_epsilon(data["epsilon"])
         if "image_data_format" in data:
             set_image_data_format(data["image_data_format"])
-    except (OSError, ValueError) as err:
+    except ValueError as err:
         raise ValueError(f"jaxkeras: cannot read Keras config file {path}: {err}") from err
     return data
+
+
+# ---------------------------------------------------------------------------------------------
+# JAX's persistent compilation cache
+
+CACHE_ENV = "JAXKERAS_COMPILATION_CACHE"
+"""Environment variable: a folder for the compilation cache, or ``0``/``off`` to disable it."""
+CACHE_KEY = "jax_compilation_cache"
+"""keras.json key: a folder for the compilation cache, or ``false`` to disable it."""
+CACHE_MAX_BYTES = 2 * 2**30
+"""The cache's size cap: the least recently used entries go beyond it."""
+CACHE_MIN_COMPILE_SECS = 0.2
+"""Compilations shorter than this are not written (each write costs a few milliseconds)."""
+_OFF = ("", "0", "off", "false", "no", "none")
+
+
+def compilation_cache_dir(settings: dict[str, Any]) -> str | None:
+    """Where jaxkeras keeps JAX's persistent compilation cache, or ``None`` when disabled.
+
+    ``$JAXKERAS_COMPILATION_CACHE`` wins, then keras.json's ``"jax_compilation_cache"``, else
+    ``jax_cache`` beside keras.json.
+
+    Args:
+        settings: the keras.json settings.
+
+    Returns:
+        A folder, or ``None``.
+    """
+    choice = os.environ.get(CACHE_ENV)
+    if choice is None and CACHE_KEY in settings:
+        choice = settings[CACHE_KEY]
+        if choice is False or choice is None:
+            return None
+        if not isinstance(choice, str):
+            raise ValueError(
+                f"jaxkeras: keras.json's {CACHE_KEY!r} must be a folder or false, got {choice!r}"
+            )
+    if choice is None:
+        return os.path.join(keras_home(), "jax_cache")
+    return None if choice.strip().lower() in _OFF else os.path.expanduser(choice)
+
+
+def enable_compilation_cache(settings: dict[str, Any]) -> str | None:
+    """Turns on JAX's persistent compilation cache (size-capped) unless it is disabled, or the
+    program already chose a cache folder itself (``jax_compilation_cache_dir``, which wins).
+
+    Compiled functions are then reused by later processes, which cuts their start-up time.
+
+    Args:
+        settings: the keras.json settings.
+
+    Returns:
+        The cache folder in use, or ``None``.
+    """
+    if jax.config.jax_compilation_cache_dir:
+        return jax.config.jax_compilation_cache_dir
+    folder = compilation_cache_dir(settings)
+    if folder is None:
+        return None
+    jax.config.update("jax_compilation_cache_dir", folder)
+    if jax.config.jax_persistent_cache_min_compile_time_secs == 1.0:  # JAX's default
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECS)
+    if jax.config.jax_compilation_cache_max_size == -1:  # JAX's default: unbounded
+        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+    compilation_cache.reset_cache()  # JAX decides whether to use it at its first compile
+    return folder

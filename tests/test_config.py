@@ -136,3 +136,49 @@ print("ok")
 """
     out = _run(code, tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+CACHE_PROGRAM = """
+import logging, numpy as np, jax, jaxkeras as K
+hits = []
+class Hits(logging.Handler):
+    def emit(self, record):
+        hits.append("Persistent compilation cache hit" in record.getMessage())
+logging.getLogger("jax._src.compiler").addHandler(Hits())
+logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)
+x = K.placeholder((None, 3))
+w = K.variable(np.ones((3, 2)))
+K.function([x], [K.tanh(K.dot(x, w))])([np.ones((2, 3))])
+print(jax.config.jax_compilation_cache_dir, any(hits))
+"""
+
+
+def _cache_run(home, **env):
+    environ = dict(os.environ, KERAS_HOME=str(home), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    environ.pop("JAXKERAS_COMPILATION_CACHE", None)
+    environ.update(env)
+    out = subprocess.run(
+        [sys.executable, "-c", CACHE_PROGRAM], env=environ, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    folder, hit = out.stdout.split()
+    return folder, hit == "True"
+
+
+def test_compilation_cache_is_on_beside_keras_json_and_reused(tmp_path):
+    folder, hit = _cache_run(tmp_path)
+    assert folder == str(tmp_path / "jax_cache") and not hit
+    assert any((tmp_path / "jax_cache").iterdir())  # entries were written
+    assert _cache_run(tmp_path) == (folder, True)  # a second process compiles from the cache
+
+
+def test_compilation_cache_can_be_moved_or_disabled(tmp_path):
+    moved = tmp_path / "elsewhere"
+    assert _cache_run(tmp_path, JAXKERAS_COMPILATION_CACHE=str(moved))[0] == str(moved)
+    assert _cache_run(tmp_path, JAXKERAS_COMPILATION_CACHE="off")[0] == "None"
+    (tmp_path / "keras.json").write_text(json.dumps({"jax_compilation_cache": False}))
+    assert _cache_run(tmp_path)[0] == "None"
+    (tmp_path / "keras.json").write_text(json.dumps({"jax_compilation_cache": str(moved)}))
+    assert _cache_run(tmp_path)[0] == str(moved)
+    own = tmp_path / "own"  # a program's own JAX setting wins
+    assert _cache_run(tmp_path, JAX_COMPILATION_CACHE_DIR=str(own))[0] == str(own)

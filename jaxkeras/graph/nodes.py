@@ -413,6 +413,43 @@ def _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase) -
     return jax.tree_util.tree_unflatten(out_tree, items)
 
 
+_CONCRETE_TYPES = frozenset(
+    {
+        type(jnp.zeros(())),
+        np.ndarray,
+        int,
+        float,
+        bool,
+        complex,
+        str,
+        type(None),
+        np.float16,
+        np.float32,
+        np.float64,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint32,
+        np.bool_,
+    }
+)
+
+
+def _concrete(values: Any) -> bool:
+    """Whether ``values`` are plainly concrete: arrays (not tracers), scalars, and tuples or
+    lists of them. A quick, shallow test for the op decorator's fast path."""
+    for value in values:
+        kind = type(value)
+        if kind in _CONCRETE_TYPES:
+            continue
+        if (kind is tuple or kind is list) and _concrete(value):
+            continue
+        return False
+    return True
+
+
 def draw_seed() -> int:
     """Returns a seed for a random op built without one, from NumPy's global random state."""
     return int(np.random.randint(10_000_000))
@@ -448,11 +485,17 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        seed = None
         if random:
             seed = signature.bind(*args, **kwargs).arguments.get("seed")
             seed = draw_seed() if seed is None else int(seed)
-        return record(fn, args, kwargs, seed=seed, name=label)
+            return record(fn, args, kwargs, seed=seed, name=label)
+        if (
+            _concrete(args)
+            and (not kwargs or _concrete(kwargs.values()))
+            and get_opaque_trace_state() == TOP_LEVEL_TRACE
+        ):
+            return fn(*args, **kwargs)  # eager, outside any trace: what record would do
+        return record(fn, args, kwargs, name=label)
 
     wrapper.pure = fn
     wrapper.op_name = label
