@@ -185,6 +185,12 @@ def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_forma
     )
 
 
+# XLA:CPU runs these (and their gradients) inside a compiled loop several times slower than
+# unrolled: rnn unrolls short loops whose step runs one (see rnn._scan).
+for _body in (_conv.pure, _depthwise, _separable_conv.pure, _conv_transpose.pure):
+    _body.slow_in_cpu_loops = True
+
+
 # ---------------------------------------------------------------------------------------------
 # validation
 

@@ -600,3 +600,56 @@ def test_fold_errors():
         K.foldr(lambda acc, x: acc * 0.5, np.arange(6).reshape(2, 3))
     with pytest.raises(ValueError, match="map_fn: elems must have rank >= 1"):
         K.map_fn(lambda x: x, np.float32(1.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# loops whose step convolves
+
+
+def _conv_rnn(unroll):
+    kernel = K.variable(np.random.default_rng(0).normal(0, 0.2, (3, 3, 2, 2)))
+    recurrent = K.variable(np.random.default_rng(1).normal(0, 0.2, (3, 3, 2, 2)))
+
+    def step(x_t, states):
+        h = K.tanh(
+            K.conv2d(x_t, kernel, padding="same") + K.conv2d(states[0], recurrent, padding="same")
+        )
+        return h, [h]
+
+    x = K.placeholder((None, 5, 6, 6, 2))
+    last, outputs, _ = K.rnn(step, x, [K.zeros_like(x[:, 0])], unroll=unroll)
+    loss = K.sum(K.square(outputs))
+    grads = K.gradients(loss, [kernel, recurrent])
+    return K.function([x], [last, outputs, *grads])
+
+
+def test_a_convolving_step_is_unrolled_on_cpu_with_the_same_results():
+    feed = np.random.default_rng(2).normal(size=(2, 5, 6, 6, 2)).astype(np.float32)
+    scanned, unrolled = _conv_rnn(False), _conv_rnn(True)
+    for a, b in zip(scanned([feed]), unrolled([feed])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    hlo = (
+        jax.jit(lambda *args: scanned._traced(0, [], *args))
+        .lower([v for v in scanned.state().values()], None, [feed])
+        .as_text()
+    )
+    assert "while" not in hlo  # one unrolled loop body per step on CPU
+
+
+def test_a_plain_step_keeps_its_loop():
+    w = K.variable(np.eye(3))
+    x = K.placeholder((None, 4, 3))
+
+    def step(x_t, states):
+        h = states[0] + K.dot(x_t, w)
+        return h, [h]
+
+    last, _, _ = K.rnn(step, x, [K.zeros_like(x[:, 0])])
+    f = K.function([x], [last])
+    feed = np.ones((2, 4, 3), np.float32)
+    hlo = (
+        jax.jit(lambda *args: f._traced(0, [], *args))
+        .lower([v for v in f.state().values()], None, [feed])
+        .as_text()
+    )
+    assert "while" in hlo
