@@ -611,9 +611,8 @@ def _conv_rnn(unroll):
     recurrent = K.variable(np.random.default_rng(1).normal(0, 0.2, (3, 3, 2, 2)))
 
     def step(x_t, states):
-        h = K.tanh(
-            K.conv2d(x_t, kernel, padding="same") + K.conv2d(states[0], recurrent, padding="same")
-        )
+        z = K.conv2d(x_t, kernel, padding="same")
+        h = K.tanh(z + K.conv2d(states[0], recurrent, padding="same"))
         return h, [h]
 
     x = K.placeholder((None, 5, 6, 6, 2))
