@@ -7,9 +7,11 @@ function, the same for one node within a call, and derived from ``seed`` when on
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxkeras import state
 from jaxkeras.checks import (
@@ -38,33 +40,65 @@ __all__ = [
 _TRUNCATION = 2.0  # truncated_normal redraws values beyond this many standard deviations
 
 
+# Drawing ``n`` numbers compiles JAX's random-bit generator for that size, which takes up to a
+# second on CPU, per shape; Keras initializes each weight with its own shape. Eager draws are
+# therefore made at a bucketed flat size and cut to the shape: with JAX's partitionable
+# threefry (its default), draws are prefix-stable and independent of the shape, so the numbers
+# are the same as a draw of that exact shape, and a model compiles a few buckets, not every
+# shape. Draws inside compiled graphs (traced keys) are made at their exact shape.
+_MIN_BUCKET = 1024
+
+
+def _sample(key: Any, a: Any, b: Any, *, kind: str, shape: tuple, dtype: str) -> Any:
+    if kind == "normal":
+        return (a + b * jax.random.normal(key, shape, dtype)).astype(dtype)
+    if kind == "truncated_normal":
+        draw = jax.random.truncated_normal(key, -_TRUNCATION, _TRUNCATION, shape, dtype)
+        return (a + b * draw).astype(dtype)
+    if kind == "uniform":
+        return (a + (b - a) * jax.random.uniform(key, shape, dtype)).astype(dtype)
+    return jax.random.bernoulli(key, a, shape).astype(dtype)
+
+
+_bucketed_sample = jax.jit(_sample, static_argnames=("kind", "shape", "dtype"))
+
+
+def _draw(kind: str, key: Any, shape: Any, a: Any, b: Any, dtype: str) -> Any:
+    """``kind`` numbers of ``shape`` (affine in ``a``, ``b``); see the note above."""
+    dims = concrete_dims(shape)
+    n = math.prod(dims)
+    eager = not isinstance(key, jax.core.Tracer) and np.ndim(a) == 0 and np.ndim(b) == 0
+    if not eager or n == 0:
+        return _sample(key, a, b, kind=kind, shape=dims, dtype=dtype)
+    size = max(_MIN_BUCKET, 1 << (n - 1).bit_length())
+    flat = _bucketed_sample(key, a, b, kind=kind, shape=(size,), dtype=dtype)
+    return np.asarray(flat)[:n].reshape(dims)
+
+
 @op(name="random_normal", random=True)
 def _normal(
     shape: Any, mean: Any, stddev: Any, dtype: str, seed: Any = None, key: Any = None
 ) -> Any:
-    draw = jax.random.normal(key, concrete_dims(shape), dtype)
-    return (mean + stddev * draw).astype(dtype)
+    return _draw("normal", key, shape, mean, stddev, dtype)
 
 
 @op(name="truncated_normal", random=True)
 def _truncated_normal(
     shape: Any, mean: Any, stddev: Any, dtype: str, seed: Any = None, key: Any = None
 ) -> Any:
-    draw = jax.random.truncated_normal(key, -_TRUNCATION, _TRUNCATION, concrete_dims(shape), dtype)
-    return (mean + stddev * draw).astype(dtype)
+    return _draw("truncated_normal", key, shape, mean, stddev, dtype)
 
 
 @op(name="random_uniform", random=True)
 def _uniform(
     shape: Any, minval: Any, maxval: Any, dtype: str, seed: Any = None, key: Any = None
 ) -> Any:
-    draw = jax.random.uniform(key, concrete_dims(shape), dtype)
-    return (minval + (maxval - minval) * draw).astype(dtype)
+    return _draw("uniform", key, shape, minval, maxval, dtype)
 
 
 @op(name="random_bernoulli", random=True)
 def _bernoulli(shape: Any, p: Any, dtype: str, seed: Any = None, key: Any = None) -> Any:
-    return jax.random.bernoulli(key, p, concrete_dims(shape)).astype(dtype)
+    return _draw("bernoulli", key, shape, p, 0.0, dtype)
 
 
 def _bernoulli_checked(shape: Any, p: TensorLike, dtype: Any, seed: Any, fn: str) -> TensorLike:
