@@ -18,11 +18,16 @@ DEFAULTS = ("float32", 1e-7, "channels_last")
 
 @pytest.fixture(autouse=True)
 def _fresh_session():
+    import jax
+
     import jaxkeras as K
 
+    x64 = jax.config.jax_enable_x64
     K.clear_session()
     yield
     K.clear_session()
+    if jax.config.jax_enable_x64 != x64:  # a 64-bit dtype turns x64 on for the process
+        jax.config.update("jax_enable_x64", x64)
     settings = (K.floatx(), K.epsilon(), K.image_data_format())
     if settings != DEFAULTS:  # a leak would silently change every later test in this process
         K.set_floatx(DEFAULTS[0])
