@@ -1,5 +1,5 @@
-"""Tests of jaxkeras.conv (convolutions, transposed/depthwise/separable/local convolutions and
-pooling) against direct float64 NumPy loops written here, with their own padding arithmetic."""
+"""Tests of jaxkeras.conv (convolutions: plain, transposed, depthwise, separable) against float64
+NumPy loops (tests/conv_reference.py)."""
 
 from __future__ import annotations
 
@@ -8,150 +8,20 @@ import itertools
 import jax
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 import jaxkeras as K
-from jaxkeras import conv, pool
+from jaxkeras import conv
+from tests.conv_reference import (
+    TOL,
+    channels,
+    lowered_for,
+    np_conv,
+    np_conv_transpose,
+    np_depthwise,
+    np_separable,
+    uniform,
+)
 from tests.helpers import check_grad, check_op
-
-RNG = np.random.default_rng(0)
-TOL = {"rtol": 1e-5, "atol": 1e-5}
-
-
-def uniform(*shape):
-    return RNG.uniform(-1.0, 1.0, size=shape).astype(np.float32)
-
-
-# ---------------------------------------------------------------------------------------------
-# NumPy references (channels_last internally; channels_first moves the channel axis)
-
-
-def np_pads(size, window, stride, dilation, padding):
-    """TensorFlow's explicit padding: 'same' gives ceil(size / stride) outputs, smaller half
-    first; 'causal' pads the dilated window minus one before; 'valid' nothing."""
-    extent = dilation * (window - 1) + 1
-    if padding == "valid":
-        return 0, 0
-    if padding == "causal":
-        return extent - 1, 0
-    out = -(-size // stride)
-    total = max((out - 1) * stride + extent - size, 0)
-    return total // 2, total - total // 2
-
-
-def to_last(x, data_format):
-    return np.moveaxis(x, 1, -1) if data_format == "channels_first" else x
-
-
-def from_last(y, data_format):
-    return np.moveaxis(y, -1, 1) if data_format == "channels_first" else y
-
-
-def tup(v, n):
-    return (v,) * n if isinstance(v, int) else tuple(v)
-
-
-def np_conv(x, w, strides=1, padding="valid", dilation=1, data_format="channels_last"):
-    """N-D cross-correlation by loops over output positions and kernel offsets."""
-    n = w.ndim - 2
-    strides, dilation = tup(strides, n), tup(dilation, n)
-    x = to_last(np.asarray(x, np.float64), data_format)
-    w = np.asarray(w, np.float64)
-    pads = [np_pads(x.shape[1 + i], w.shape[i], strides[i], dilation[i], padding) for i in range(n)]
-    xp = np.pad(x, [(0, 0), *pads, (0, 0)])
-    outs = [
-        (xp.shape[1 + i] - dilation[i] * (w.shape[i] - 1) - 1) // strides[i] + 1 for i in range(n)
-    ]
-    y = np.zeros((x.shape[0], *outs, w.shape[-1]))
-    for pos in np.ndindex(*outs):
-        for off in np.ndindex(*w.shape[:n]):
-            idx = tuple(p * s + o * d for p, s, o, d in zip(pos, strides, off, dilation))
-            y[(slice(None), *pos)] += xp[(slice(None), *idx)] @ w[off]
-    return from_last(y, data_format)
-
-
-def np_depthwise(x, w, strides=1, padding="valid", dilation=1, data_format="channels_last"):
-    """Each channel c with its own filters w[..., c, :]; output channel c * multiplier + m."""
-    xl = to_last(np.asarray(x, np.float64), data_format)
-    parts = [
-        np_conv(xl[..., c : c + 1], w[..., c : c + 1, :], strides, padding, dilation)
-        for c in range(xl.shape[-1])
-    ]
-    return from_last(np.concatenate(parts, axis=-1), data_format)
-
-
-def np_separable(x, dw, pw, strides=1, padding="valid", dilation=1, data_format="channels_last"):
-    y = np_depthwise(x, dw, strides, padding, dilation, data_format)
-    return np_conv(y, pw, 1, "valid", 1, data_format)
-
-
-def np_conv_transpose(
-    x, w, out_spatial, strides=1, padding="valid", dilation=1, data_format="channels_last"
-):
-    """Scatter: input position p with offset o adds x[p] @ w[o].T at p * s + o * d - pad."""
-    n = w.ndim - 2
-    strides, dilation = tup(strides, n), tup(dilation, n)
-    x = to_last(np.asarray(x, np.float64), data_format)
-    w = np.asarray(w, np.float64)
-    lows = [
-        np_pads(out_spatial[i], w.shape[i], strides[i], dilation[i], padding)[0] for i in range(n)
-    ]
-    y = np.zeros((x.shape[0], *out_spatial, w.shape[n]))
-    for pos in np.ndindex(*x.shape[1:-1]):
-        for off in np.ndindex(*w.shape[:n]):
-            idx = tuple(
-                p * s + o * d - lo for p, s, o, d, lo in zip(pos, strides, off, dilation, lows)
-            )
-            if all(0 <= i < size for i, size in zip(idx, out_spatial)):
-                y[(slice(None), *idx)] += x[(slice(None), *pos)] @ w[off].T
-    return from_last(y, data_format)
-
-
-def np_pool(x, pool_size, strides, padding="valid", data_format="channels_last", mode="max"):
-    """Max or mean over the real (unpadded) elements of each window."""
-    n = x.ndim - 2
-    pool_size, strides = tup(pool_size, n), tup(strides, n)
-    x = to_last(np.asarray(x, np.float64), data_format)
-    sizes = x.shape[1:-1]
-    lows = [np_pads(sizes[i], pool_size[i], strides[i], 1, padding)[0] for i in range(n)]
-    if padding == "same":
-        outs = [-(-sizes[i] // strides[i]) for i in range(n)]
-    else:
-        outs = [(sizes[i] - pool_size[i]) // strides[i] + 1 for i in range(n)]
-    y = np.zeros((x.shape[0], *outs, x.shape[-1]))
-    for pos in np.ndindex(*outs):
-        window = tuple(
-            slice(max(p * s - lo, 0), min(p * s - lo + k, size))
-            for p, s, lo, k, size in zip(pos, strides, lows, pool_size, sizes)
-        )
-        patch = x[(slice(None), *window)].reshape(x.shape[0], -1, x.shape[-1])
-        y[(slice(None), *pos)] = patch.max(1) if mode == "max" else patch.mean(1)
-    return from_last(y, data_format)
-
-
-def np_local_conv(x, w, kernel_size, strides, out_spatial, data_format="channels_last"):
-    """TF-Keras: patch features ordered (window, channel) for channels_last, (channel, window)
-    for channels_first; positions row-major."""
-    n = len(out_spatial)
-    x = np.asarray(x, np.float64)
-    y = np.zeros((x.shape[0], *out_spatial, w.shape[-1]))
-    for p, pos in enumerate(np.ndindex(*out_spatial)):
-        window = tuple(slice(q * s, q * s + k) for q, s, k in zip(pos, strides, kernel_size))
-        if data_format == "channels_last":
-            patch = x[(slice(None), *window, slice(None))]
-        else:
-            patch = x[(slice(None), slice(None), *window)]
-        y[(slice(None), *pos)] = patch.reshape(x.shape[0], -1) @ w[p]
-    return from_last(y, data_format) if n else y
-
-
-def channels(shape_last, data_format):
-    """A channels_last shape in ``data_format`` order."""
-    if data_format == "channels_first":
-        return (shape_last[0], shape_last[-1], *shape_last[1:-1])
-    return shape_last
-
 
 # ---------------------------------------------------------------------------------------------
 # plain convolutions
@@ -207,17 +77,9 @@ def test_each_lowering_matches_reference(lowering, n, data_format):
         np.testing.assert_allclose(np.asarray(got), want, **TOL)
 
 
-def lowered_for(platform, fn, x):
-    """The StableHLO text of ``fn(x)`` compiled for ``platform`` (no such device needed)."""
-    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
-    return jax.export.export(jax.jit(fn), platforms=[platform])(spec).mlir_module()
-
-
 def test_conv_lowering_policy():
     assert [conv.conv_lowering("cpu", n) for n in (1, 2, 3)] == ["lax", "lax", "im2col"]
     assert {conv.conv_lowering(p, n) for p in ("cuda", "rocm", "tpu") for n in (1, 2, 3)} == {"lax"}
-    assert pool.pool_lowering("cpu") == "reshape"
-    assert {pool.pool_lowering(p) for p in ("cuda", "rocm", "tpu")} == {"lax"}
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -226,15 +88,6 @@ def test_auto_conv_lowering_is_decided_per_platform(n):
     for platform in ("cpu", "cuda", "tpu"):
         text = lowered_for(platform, lambda a: CONV_OPS[n](a, w, padding="same"), x)
         assert ("convolution" in text) == (conv.conv_lowering(platform, n) == "lax"), platform
-
-
-def test_auto_pool_lowering_is_decided_per_platform():
-    x = uniform(2, 6, 6, 2)
-    for platform in ("cpu", "cuda", "tpu"):
-        text = lowered_for(platform, lambda a: K.pool2d(a, 2, 2), x)
-        assert ("reduce_window" in text) == (pool.pool_lowering(platform) == "lax"), platform
-    overlapping = lowered_for("cpu", lambda a: K.pool2d(a, 3, 2), x)
-    assert "reduce_window" in overlapping  # only tiling windows have a reshape lowering
 
 
 def test_conv_with_variable_kernel_through_function_and_gradients():
@@ -390,81 +243,6 @@ def test_separable_conv1d(data_format, padding, strides, dilation):
 
 
 # ---------------------------------------------------------------------------------------------
-# local convolutions
-
-
-@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
-def test_local_conv1d(data_format):
-    x = uniform(*channels((2, 9, 2), data_format))
-    w = uniform(4, 3 * 2, 3)  # 4 positions of a 3-wide window, stride 2
-    check_op(
-        lambda a: K.local_conv1d(a, w, 3, 2, data_format),
-        lambda a: np_local_conv(a, w, (3,), (2,), (4,), data_format),
-        [x],
-        **TOL,
-    )
-
-
-@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
-def test_local_conv2d(data_format):
-    x = uniform(*channels((2, 7, 6, 2), data_format))
-    w = uniform(3 * 5, 3 * 2 * 2, 3)  # 3x5 positions of a 3x2 window, strides (2, 1)
-    check_op(
-        lambda a: K.local_conv2d(a, w, (3, 2), (2, 1), (3, 5), data_format),
-        lambda a: np_local_conv(a, w, (3, 2), (2, 1), (3, 5), data_format),
-        [x],
-        **TOL,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# pooling
-
-POOL_CASES = [
-    # n, data_format, pool_size, strides, padding
-    (2, "channels_last", (3, 3), (2, 2), "same"),
-    (2, "channels_first", (2, 3), (1, 2), "valid"),
-    (2, "channels_last", (2, 2), (2, 2), "same"),
-    (2, "channels_first", (2, 2), (2, 2), "valid"),
-    (3, "channels_last", (2, 2, 2), (2, 2, 2), "same"),
-    (3, "channels_first", (2, 1, 3), (1, 1, 2), "same"),
-]
-POOL_OPS = {2: K.pool2d, 3: K.pool3d}
-
-
-@pytest.mark.parametrize("mode", ["max", "avg"])
-@pytest.mark.parametrize(("n", "data_format", "pool_size", "strides", "padding"), POOL_CASES)
-def test_pool_matches_reference(mode, n, data_format, pool_size, strides, padding):
-    x = uniform(*channels((2, *SPATIAL[n], 2), data_format))
-    check_op(
-        lambda a: POOL_OPS[n](a, pool_size, strides, padding, data_format, mode),
-        lambda a: np_pool(a, pool_size, strides, padding, data_format, mode),
-        [x],
-        **TOL,
-    )
-
-
-@pytest.mark.parametrize("lowering", ["lax", "reshape"])
-@pytest.mark.parametrize("mode", ["max", "avg"])
-def test_each_pool_lowering_matches_reference(lowering, mode):
-    x = uniform(2, 7, 5, 3, 2)
-    for padding in ("same", "valid"):
-        got = jax.jit(
-            lambda a, padding=padding: K.pool3d(
-                a, 2, 2, padding, "channels_last", mode, lowering=lowering
-            )
-        )(x)
-        np.testing.assert_allclose(np.asarray(got), np_pool(x, 2, 2, padding, mode=mode), **TOL)
-
-
-def test_average_pooling_excludes_same_padding():
-    got = np.asarray(
-        K.pool2d(np.ones((1, 5, 5, 1), np.float32), (3, 3), (2, 2), "same", pool_mode="avg")
-    )
-    np.testing.assert_array_equal(got, np.ones((1, 3, 3, 1)))
-
-
-# ---------------------------------------------------------------------------------------------
 # gradients (finite differences of the NumPy references)
 
 GRAD_CASES = {
@@ -512,18 +290,6 @@ GRAD_CASES = {
         (1, 4, 5, 2),
         (2, 3, 2, 2),
     ),
-    "local_conv1d": (
-        lambda x, w: K.local_conv1d(x, w, 2, 2, "channels_first"),
-        lambda x, w: np_local_conv(x, w, (2,), (2,), (3,), "channels_first"),
-        (1, 2, 6),
-        (3, 4, 2),
-    ),
-    "local_conv2d": (
-        lambda x, w: K.local_conv2d(x, w, (2, 2), (1, 2), (2, 2), "channels_last"),
-        lambda x, w: np_local_conv(x, w, (2, 2), (1, 2), (2, 2), "channels_last"),
-        (1, 3, 4, 2),
-        (4, 8, 2),
-    ),
 }
 
 
@@ -554,94 +320,6 @@ def test_separable_conv1d_gradients_wrt_input_and_both_kernels():
     check_grad(lambda c: op(x, dw, c), lambda c: ref(x, dw, c), pw)
 
 
-@pytest.mark.parametrize(
-    ("mode", "lowering", "pool_size", "strides", "padding"),
-    [
-        ("max", "lax", (3, 3), (2, 2), "same"),
-        ("max", "reshape", (2, 2), (2, 2), "same"),
-        ("avg", "lax", (2, 3), (1, 2), "same"),
-        ("avg", "reshape", (2, 2), (2, 2), "valid"),
-    ],
-)
-def test_pool_gradients(mode, lowering, pool_size, strides, padding):
-    x = RNG.permutation(np.linspace(-1, 1, 1 * 5 * 4 * 2)).reshape(1, 5, 4, 2)  # no ties
-    check_grad(
-        lambda a: K.pool2d(
-            a, pool_size, strides, padding, "channels_last", mode, lowering=lowering
-        ),
-        lambda a: np_pool(a, pool_size, strides, padding, "channels_last", mode),
-        x,
-    )
-
-
-@pytest.mark.parametrize(("mode", "strides"), [("avg", (1, 2, 2)), ("max", 2)])
-def test_pool3d_gradient(mode, strides):
-    x = RNG.permutation(np.linspace(-1, 1, 3 * 4 * 3 * 2)).reshape(1, 2, 3, 4, 3)
-    check_grad(
-        lambda a: K.pool3d(a, 2, strides, "same", "channels_first", mode),
-        lambda a: np_pool(a, 2, strides, "same", "channels_first", mode),
-        x,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# static output shapes (the batch stays None)
-
-
-def out_size(size, k, s, d, padding):
-    extent = d * (k - 1) + 1
-    if padding in ("same", "causal"):
-        return -(-size // s)
-    return -(-(size - extent + 1) // s)
-
-
-@st.composite
-def windows(draw, n, paddings=("same", "valid")):
-    k = draw(st.tuples(*[st.integers(1, 4)] * n))
-    s = draw(st.tuples(*[st.integers(1, 3)] * n))
-    d = draw(st.tuples(*[st.integers(1, 2)] * n))
-    padding = draw(st.sampled_from(paddings))
-    low = [di * (ki - 1) + 1 for ki, di in zip(k, d)]
-    size = tuple(draw(st.integers(lo, lo + 8)) for lo in low)
-    return size, k, s, d, padding, draw(st.sampled_from(["channels_last", "channels_first"]))
-
-
-@given(windows(2))
-def test_conv2d_static_shape(case):
-    size, k, s, d, padding, data_format = case
-    x = K.placeholder(channels((None, *size, 2), data_format))
-    y = K.conv2d(x, np.zeros((*k, 2, 3), np.float32), s, padding, data_format, d)
-    want = tuple(out_size(*a, padding) for a in zip(size, k, s, d))
-    assert K.int_shape(y) == channels((None, *want, 3), data_format)
-
-
-@given(windows(1, ("same", "valid", "causal")))
-def test_conv1d_static_shape(case):
-    size, k, s, d, padding, data_format = case
-    x = K.placeholder(channels((None, *size, 2), data_format))
-    y = K.conv1d(x, np.zeros((*k, 2, 3), np.float32), s, padding, data_format, d)
-    want = tuple(out_size(*a, padding) for a in zip(size, k, s, d))
-    assert K.int_shape(y) == channels((None, *want, 3), data_format)
-
-
-@given(windows(2))
-def test_pool2d_and_transpose_static_shapes(case):
-    size, k, s, _, padding, data_format = case
-    x = K.placeholder(channels((None, *size, 2), data_format))
-    y = K.pool2d(x, k, s, padding, data_format, "avg")
-    pooled = tuple(out_size(*a, 1, padding) for a in zip(size, k, s))
-    assert K.int_shape(y) == channels((None, *pooled, 2), data_format)
-    back = K.conv2d_transpose(
-        y,
-        np.zeros((*k, 4, 2), np.float32),
-        channels((None, *size, 4), data_format),
-        s,
-        padding,
-        data_format,
-    )
-    assert K.int_shape(back) == channels((None, *size, 4), data_format)
-
-
 # ---------------------------------------------------------------------------------------------
 # bad arguments
 
@@ -670,18 +348,6 @@ W4 = np.zeros((3, 3, 2, 2), np.float32)
         (lambda: K.depthwise_conv2d(X4, W4[:, :, :1]), "input channels.*2 vs 1"),
         (lambda: K.separable_conv2d(X4, W4, np.zeros((3, 3, 4, 2))), r"\(3, 3, 4, 2\)"),
         (lambda: K.separable_conv2d(X4, W4, np.zeros((1, 1, 3, 2))), "4 vs 3"),
-        (lambda: K.pool2d(X4, 2, pool_mode="sum"), "'sum'"),
-        (lambda: K.pool2d(X4, 2, padding="causal"), "'causal'"),
-        (lambda: K.pool2d(X4, (2, 2, 2)), r"pool_size.*\(2, 2, 2\)"),
-        (lambda: K.pool2d(X4, 2, 1, lowering="reshape"), "reshape"),
-        (lambda: K.pool3d(X4, 2), r"x must have rank 5"),
-        (lambda: K.local_conv2d(X4, np.zeros((9, 18, 2)), 3, 1, (2, 2)), "4 vs 9"),
-        (lambda: K.local_conv2d(X4, np.zeros((4, 9, 2)), 3, 1, (2, 2)), "18 vs 9"),
-        (lambda: K.local_conv2d(X4, np.zeros((9, 18, 2)), 3, 2, (3, 3)), "needs more"),
-        (
-            lambda: K.local_conv1d(X4[0], np.zeros((2, 4, 2)), 2, 1, "channels_middle"),
-            "'channels_middle'",
-        ),
     ],
 )
 def test_bad_arguments_raise_value_error(call, match):

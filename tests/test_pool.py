@@ -1,0 +1,123 @@
+"""Tests of jaxkeras.pool (pool2d, pool3d and their lowerings) against float64 NumPy loops."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import jaxkeras as K
+from jaxkeras import pool
+from tests.conv_reference import RNG, TOL, channels, lowered_for, np_pool, uniform
+from tests.helpers import check_grad, check_op
+
+SPATIAL = {2: (7, 6), 3: (5, 4, 5)}
+
+
+def test_pool_lowering_policy():
+    assert pool.pool_lowering("cpu") == "reshape"
+    assert {pool.pool_lowering(p) for p in ("cuda", "rocm", "tpu")} == {"lax"}
+
+
+def test_auto_pool_lowering_is_decided_per_platform():
+    x = uniform(2, 6, 6, 2)
+    for platform in ("cpu", "cuda", "tpu"):
+        text = lowered_for(platform, lambda a: K.pool2d(a, 2, 2), x)
+        assert ("reduce_window" in text) == (pool.pool_lowering(platform) == "lax"), platform
+    overlapping = lowered_for("cpu", lambda a: K.pool2d(a, 3, 2), x)
+    assert "reduce_window" in overlapping  # only tiling windows have a reshape lowering
+
+
+# ---------------------------------------------------------------------------------------------
+# pooling
+
+POOL_CASES = [
+    # n, data_format, pool_size, strides, padding
+    (2, "channels_last", (3, 3), (2, 2), "same"),
+    (2, "channels_first", (2, 3), (1, 2), "valid"),
+    (2, "channels_last", (2, 2), (2, 2), "same"),
+    (2, "channels_first", (2, 2), (2, 2), "valid"),
+    (3, "channels_last", (2, 2, 2), (2, 2, 2), "same"),
+    (3, "channels_first", (2, 1, 3), (1, 1, 2), "same"),
+]
+POOL_OPS = {2: K.pool2d, 3: K.pool3d}
+
+
+@pytest.mark.parametrize("mode", ["max", "avg"])
+@pytest.mark.parametrize(("n", "data_format", "pool_size", "strides", "padding"), POOL_CASES)
+def test_pool_matches_reference(mode, n, data_format, pool_size, strides, padding):
+    x = uniform(*channels((2, *SPATIAL[n], 2), data_format))
+    check_op(
+        lambda a: POOL_OPS[n](a, pool_size, strides, padding, data_format, mode),
+        lambda a: np_pool(a, pool_size, strides, padding, data_format, mode),
+        [x],
+        **TOL,
+    )
+
+
+@pytest.mark.parametrize("lowering", ["lax", "reshape"])
+@pytest.mark.parametrize("mode", ["max", "avg"])
+def test_each_pool_lowering_matches_reference(lowering, mode):
+    x = uniform(2, 7, 5, 3, 2)
+    for padding in ("same", "valid"):
+        got = jax.jit(
+            lambda a, padding=padding: K.pool3d(
+                a, 2, 2, padding, "channels_last", mode, lowering=lowering
+            )
+        )(x)
+        np.testing.assert_allclose(np.asarray(got), np_pool(x, 2, 2, padding, mode=mode), **TOL)
+
+
+def test_average_pooling_excludes_same_padding():
+    got = np.asarray(
+        K.pool2d(np.ones((1, 5, 5, 1), np.float32), (3, 3), (2, 2), "same", pool_mode="avg")
+    )
+    np.testing.assert_array_equal(got, np.ones((1, 3, 3, 1)))
+
+
+@pytest.mark.parametrize(
+    ("mode", "lowering", "pool_size", "strides", "padding"),
+    [
+        ("max", "lax", (3, 3), (2, 2), "same"),
+        ("max", "reshape", (2, 2), (2, 2), "same"),
+        ("avg", "lax", (2, 3), (1, 2), "same"),
+        ("avg", "reshape", (2, 2), (2, 2), "valid"),
+    ],
+)
+def test_pool_gradients(mode, lowering, pool_size, strides, padding):
+    x = RNG.permutation(np.linspace(-1, 1, 1 * 5 * 4 * 2)).reshape(1, 5, 4, 2)  # no ties
+    check_grad(
+        lambda a: K.pool2d(
+            a, pool_size, strides, padding, "channels_last", mode, lowering=lowering
+        ),
+        lambda a: np_pool(a, pool_size, strides, padding, "channels_last", mode),
+        x,
+    )
+
+
+@pytest.mark.parametrize(("mode", "strides"), [("avg", (1, 2, 2)), ("max", 2)])
+def test_pool3d_gradient(mode, strides):
+    x = RNG.permutation(np.linspace(-1, 1, 3 * 4 * 3 * 2)).reshape(1, 2, 3, 4, 3)
+    check_grad(
+        lambda a: K.pool3d(a, 2, strides, "same", "channels_first", mode),
+        lambda a: np_pool(a, 2, strides, "same", "channels_first", mode),
+        x,
+    )
+
+
+X4 = np.zeros((1, 5, 5, 2), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: K.pool2d(X4, 2, pool_mode="sum"), "'sum'"),
+        (lambda: K.pool2d(X4, 2, padding="causal"), "'causal'"),
+        (lambda: K.pool2d(X4, (2, 2, 2)), r"pool_size.*\(2, 2, 2\)"),
+        (lambda: K.pool2d(X4, 2, 1, lowering="reshape"), "reshape"),
+        (lambda: K.pool3d(X4, 2), r"x must have rank 5"),
+    ],
+)
+def test_bad_arguments_raise_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
