@@ -161,8 +161,8 @@ def _separable_conv(x, depthwise_kernel, pointwise_kernel, strides, padding, dil
 
 @op(name="conv_transpose")
 def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_format):
-    """The adjoint of the convolution that maps an ``out_sizes`` input to ``x``'s size: a
-    convolution of the stride-dilated ``x`` with the spatially flipped kernel."""
+    """The adjoint of the convolution that maps an ``out_sizes`` input to ``x``'s size
+    (``lax.conv_transpose`` with explicit pads, so any output size in range is reachable)."""
     x, kernel = common_dtype(x, kernel)
     n = kernel.ndim - 2
     out_sizes = [int(s) for s in out_sizes]
@@ -174,14 +174,14 @@ def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_forma
             out_sizes, in_sizes, kernel.shape[:n], strides, dilation, forward
         )
     ]
-    return lax.conv_general_dilated(
+    return lax.conv_transpose(
         x,
-        lax.rev(kernel, tuple(range(n))),
-        (1,) * n,
+        kernel,
+        strides,
         pads,
-        lhs_dilation=strides,
         rhs_dilation=dilation,
-        dimension_numbers=dimension_numbers(n, data_format, transpose_kernel=True),
+        dimension_numbers=dimension_numbers(n, data_format),
+        transpose_kernel=True,  # a (spatial..., out, in) kernel, flipped
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax import lax
 from jax.experimental import sparse
 
@@ -49,46 +50,34 @@ def _check_y_pred(y_pred: Any, fn: str) -> None:
 # loss
 
 
-def _extended_labels(labels: jax.Array, blank: int) -> jax.Array:
-    """``blank, l1, blank, l2, ..., blank`` per row; labels are clipped into the class range."""
-    batch, max_len = labels.shape
-    extended = jnp.full((batch, 2 * max_len + 1), blank, dtype=jnp.int32)
-    return extended.at[:, 1::2].set(jnp.clip(labels, 0, blank))
+def _min_steps(labels: jax.Array, label_length: jax.Array) -> jax.Array:
+    """The fewest time steps an alignment of each row's labels needs: one per label, plus a
+    blank between each pair of equal neighbours."""
+    within = jnp.arange(labels.shape[1])[None, :] < label_length[:, None]
+    repeats = within[:, 1:] & (labels[:, 1:] == labels[:, :-1])
+    return label_length + jnp.sum(repeats, axis=1)
 
 
 def _ctc_loss_body(y_true, y_pred, input_length, label_length, *, eps):
-    log_probs = _log_probs(y_pred, eps)
-    steps, classes = log_probs.shape[1], log_probs.shape[2]
-    blank = classes - 1
-    ext = _extended_labels(y_true.astype(jnp.int32), blank)
-    width = ext.shape[1]
-    skip = (ext != blank) & (ext != jnp.pad(ext, ((0, 0), (2, 0)), constant_values=blank)[:, :-2])
-    emit = jnp.take_along_axis(
-        log_probs, jnp.broadcast_to(ext[:, None], (ext.shape[0], steps, width)), axis=2
-    )
-    start = jnp.where(jnp.arange(width) < 2, emit[:, 0], _LOG_ZERO)
+    classes = y_pred.shape[2]
+    labels = jnp.clip(y_true.astype(jnp.int32), 0, classes - 1)
     input_length, label_length = _lengths(input_length), _lengths(label_length)
-
-    def step(alpha, xs):
-        emit_t, t = xs
-        shifted1 = jnp.pad(alpha, ((0, 0), (1, 0)), constant_values=_LOG_ZERO)[:, :-1]
-        shifted2 = jnp.pad(alpha, ((0, 0), (2, 0)), constant_values=_LOG_ZERO)[:, :-2]
-        paths = jnp.stack([alpha, shifted1, jnp.where(skip, shifted2, _LOG_ZERO)])
-        new = jax.nn.logsumexp(paths, axis=0) + emit_t
-        return jnp.where((t < input_length)[:, None], new, alpha), None
-
-    xs = (jnp.swapaxes(emit, 0, 1)[1:], jnp.arange(1, steps))
-    alpha, _ = lax.scan(step, start, xs)
-    ends = jnp.stack([2 * label_length, jnp.maximum(2 * label_length - 1, 0)], axis=1)
-    finals = jnp.take_along_axis(alpha, ends, axis=1)
-    finals = finals.at[:, 1].set(jnp.where(label_length > 0, finals[:, 1], _LOG_ZERO))
-    log_likelihood = jax.nn.logsumexp(finals, axis=1)
-    loss = jnp.where(log_likelihood > _LOG_ZERO / 2, -log_likelihood, jnp.inf)
-    return loss[:, None]
+    frames = jnp.arange(y_pred.shape[1])[None, :] >= input_length[:, None]
+    padded = jnp.arange(labels.shape[1])[None, :] >= label_length[:, None]
+    logits = jnp.log(y_pred + eps)  # optax log-softmaxes them: TF's renormalization
+    loss = optax.ctc_loss(
+        logits,
+        frames.astype(logits.dtype),
+        labels,
+        padded.astype(logits.dtype),
+        blank_id=classes - 1,
+    )
+    fits = _min_steps(labels, label_length) <= input_length
+    return jnp.where(fits, loss, jnp.inf)[:, None]  # TF: inf where no alignment fits
 
 
 def ctc_batch_cost(y_true: Any, y_pred: Any, input_length: Any, label_length: Any) -> Any:
-    """Runs the CTC loss on each batch element (the forward algorithm in log space).
+    """Runs the CTC loss on each batch element (``optax.ctc_loss``, the blank last).
 
     Args:
         y_true: ``(samples, max_string_length)`` labels (class indices below the blank, which

@@ -29,21 +29,18 @@ def channel_axis(n: int, data_format: str) -> int:
     return 1 if data_format == "channels_first" else n + 1
 
 
-def dimension_numbers(n: int, data_format: str, transpose_kernel: bool = False):
+def dimension_numbers(n: int, data_format: str) -> lax.ConvDimensionNumbers:
     """``lax`` convolution dimension numbers for Keras layouts.
 
     Args:
         n: the number of spatial dimensions.
-        data_format: the layout of the input and output.
-        transpose_kernel: the kernel is ``(spatial..., out, in)`` (transposed convolutions)
-            rather than ``(spatial..., in, out)``.
+        data_format: the layout of the input and output; kernels are ``(spatial..., in, out)``.
 
     Returns:
         A ``lax.ConvDimensionNumbers``.
     """
-    io = (n, n + 1) if transpose_kernel else (n + 1, n)
     data = (0, channel_axis(n, data_format), *spatial_axes(n, data_format))
-    return lax.ConvDimensionNumbers(data, (*io, *range(n)), data)
+    return lax.ConvDimensionNumbers(data, (n + 1, n, *range(n)), data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,21 +73,21 @@ def window_pads(
     ``'same'`` pads so that the output has ``ceil(size / stride)`` positions, with the smaller
     half before (as TensorFlow); ``'causal'`` pads only before, by the dilated window minus one;
     ``'valid'`` does not pad.
+
+    Args:
+        sizes: the input's spatial sizes.
+        windows: the window (kernel or pool) sizes.
+        strides: the strides.
+        dilations: the dilation rates.
+        padding: ``'same'``, ``'valid'`` or ``'causal'``.
+
+    Returns:
+        One ``(low, high)`` pair per spatial dimension.
     """
-    pads = []
-    for size, window, stride, dilation in zip(sizes, windows, strides, dilations):
-        extent = effective_size(window, dilation)
-        if padding == "same":
-            total = max(
-                (output_size(size, window, stride, dilation, padding) - 1) * stride + extent - size,
-                0,
-            )
-            pads.append((total // 2, total - total // 2))
-        elif padding == "causal":
-            pads.append((extent - 1, 0))
-        else:
-            pads.append((0, 0))
-    return pads
+    extents = [effective_size(w, d) for w, d in zip(windows, dilations)]
+    if padding == "causal":
+        return [(extent - 1, 0) for extent in extents]
+    return [tuple(p) for p in lax.padtype_to_pads(sizes, extents, strides, padding.upper())]
 
 
 def common_dtype(x: Any, kernel: Any) -> tuple[Any, Any]:
