@@ -17,18 +17,23 @@ but h5py 3 returns ``str`` (and object arrays of ``str``). When h5py is installe
 attribute *from Keras's own modules* returns bytes again; every other caller gets h5py's values.
 
 It also makes jaxkeras follow Keras's own floatx / epsilon / image_data_format settings, which
-Keras keeps in ``keras.backend.common``. Nothing changes for programs that do not load jaxkeras
-through Keras.
+Keras keeps in ``keras.backend.common``, and makes ``keras.optimizers.get`` (which
+``model.compile`` calls) return unchanged any object with the Keras 2 optimizer protocol
+(``get_updates``, ``weights``, ``get_weights``, ``set_weights``, ``get_config``), such as
+``jaxkeras.optimizers.OptaxOptimizer``; Keras accepts only its own subclasses otherwise.
+Nothing changes for programs that do not load jaxkeras through Keras.
 """
 
 from __future__ import annotations
 
 import collections
 import collections.abc
+import functools
 import importlib.abc
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -104,12 +109,20 @@ def loaded_by_keras() -> bool:
     return loader is not None and "jaxkeras" in str(getattr(loader, "_BACKEND", ""))
 
 
-class _LoaderWatch(importlib.abc.MetaPathFinder):
-    """Finishes the set-up when Keras's backend loader picks jaxkeras after jaxkeras was
-    imported on its own (the loader then gets the cached module, which runs no code)."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then(module)`` right after the module ``fullname`` is first imported.
+
+    Args:
+        fullname: the module's dotted name.
+        then: the function to call with the module, once.
+    """
+
+    def __init__(self, fullname: str, then: Callable[[Any], None]) -> None:
+        self.fullname = fullname
+        self.then = then
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "keras.backend.load_backend":
+        if fullname != self.fullname:
             return None
         sys.meta_path.remove(self)  # once: let the ordinary finders do the finding
         spec = importlib.util.find_spec(fullname)
@@ -119,24 +132,61 @@ class _LoaderWatch(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             run(module)
-            if loaded_by_keras():
-                install()
+            self.then(module)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
+def _install_if_loaded_by_keras(loader: Any) -> None:
+    if loaded_by_keras():
+        install()
+
+
 def watch_for_keras() -> None:
-    """Arranges for :func:`install` to run if Keras later loads jaxkeras as its backend."""
+    """Arranges for :func:`install` to run if Keras later loads jaxkeras as its backend (the
+    loader then gets the cached jaxkeras module, which runs no code)."""
     if "keras.backend.load_backend" not in sys.modules:
-        sys.meta_path.insert(0, _LoaderWatch())
+        sys.meta_path.insert(
+            0, _AfterImport("keras.backend.load_backend", _install_if_loaded_by_keras)
+        )
+
+
+def _speaks_optimizer_protocol(identifier: Any) -> bool:
+    """Whether ``identifier`` is an optimizer object with the Keras 2 optimizer protocol."""
+    methods = ("get_updates", "get_weights", "set_weights", "get_config")
+    return (
+        not isinstance(identifier, (type, str, dict))
+        and hasattr(identifier, "weights")
+        and all(callable(getattr(identifier, m, None)) for m in methods)
+    )
+
+
+def _accept_protocol_optimizers(optimizers: Any) -> None:
+    """Makes ``keras.optimizers.get`` return unchanged any optimizer object with the Keras 2
+    protocol (such as ``jaxkeras.optimizers.OptaxOptimizer``), not only its own subclasses."""
+    get = optimizers.get
+    if getattr(get, "_jaxkeras", False):
+        return
+
+    @functools.wraps(get)
+    def get_optimizer(identifier: Any) -> Any:
+        return identifier if _speaks_optimizer_protocol(identifier) else get(identifier)
+
+    get_optimizer._jaxkeras = True
+    optimizers.get = get_optimizer
 
 
 def install() -> None:
-    """Restores the names listed in the module docstring and follows Keras's settings."""
+    """Restores the names listed in the module docstring, follows Keras's settings, and lets
+    ``keras.optimizers.get`` accept optimizer objects of the Keras 2 protocol."""
     for module, names in RESTORED.items():
         for name, value in names.items():
             if name not in module.__dict__:
                 setattr(module, name, value)
     _keras_reads_bytes()
     config.follow(sys.modules["keras.backend.common"])
+    if "keras.optimizers" in sys.modules:
+        _accept_protocol_optimizers(sys.modules["keras.optimizers"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("keras.optimizers", _accept_protocol_optimizers))
