@@ -240,3 +240,40 @@ def test_recurrent_layers_see_new_weights_after_compiling(cell):
     fresh.set_weights(new_weights)
     np.testing.assert_allclose(after, fresh.predict(x), rtol=1e-5, atol=1e-6)
     assert not np.allclose(after, before)
+
+
+def test_optax_optimizer_trains_saves_and_loads(digits, tmp_path):
+    import optax
+
+    from jaxkeras.optimizers import OptaxOptimizer
+
+    def mlp():
+        return Sequential(
+            [
+                layers.Dense(64, activation="relu", input_shape=(64,)),
+                layers.Dense(10, activation="softmax"),
+            ]
+        )
+
+    def adamw():
+        return optax.adamw(1e-2, weight_decay=1e-4)
+
+    model = mlp()
+    opt = OptaxOptimizer(adamw())
+    assert _fit_and_score(model, digits, opt, epochs=10) >= 0.9
+    assert model.optimizer is opt
+    assert int(KB.get_value(opt.iterations)) == 10 * int(np.ceil(len(digits[0]) / 32))
+    x_test = digits[1]
+    path = str(tmp_path / "m.h5")
+    model.save(path)
+    with pytest.raises(ValueError, match="OptaxOptimizer"):
+        load_model(path)  # an optax transform cannot be rebuilt from the saved config
+    loaded = load_model(
+        path, custom_objects={"OptaxOptimizer": lambda **config: OptaxOptimizer(adamw(), **config)}
+    )
+    np.testing.assert_array_equal(loaded.predict(x_test), model.predict(x_test))
+    assert len(loaded.optimizer.weights) == len(opt.weights)
+    for a, b in zip(opt.get_weights(), loaded.optimizer.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    uncompiled = load_model(path, compile=False)
+    np.testing.assert_array_equal(uncompiled.predict(x_test), model.predict(x_test))
