@@ -1,11 +1,13 @@
 """jaxkeras: the classic Keras backend API (``keras.backend``) on JAX.
 
-``import jaxkeras as K`` gives every backend function at top level. Multi-backend Keras 2.3.1
-loads this module as an external backend with ``KERAS_BACKEND=jaxkeras``.
+``import jaxkeras as K`` gives every backend function at top level; the optax bridge is the
+submodule ``K.optimizers`` (``OptaxOptimizer``). Multi-backend Keras 2.3.1 loads this module
+as an external backend with ``KERAS_BACKEND=jaxkeras``.
 """
 
 from jaxkeras import config as _config
 from jaxkeras import keras2 as _keras2
+from jaxkeras import optimizers  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
 from jaxkeras.checkpoint import restore_checkpoint, save_checkpoint
 from jaxkeras.compat import (
     Session,

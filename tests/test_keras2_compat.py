@@ -59,3 +59,26 @@ def test_keras_reads_bytes_attributes(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == "jaxkeras"
+
+
+OPTIMIZER_PROBE = """
+{load}
+import keras, optax
+from jaxkeras.optimizers import OptaxOptimizer
+opt = OptaxOptimizer(optax.sgd(0.1))
+try:
+    keras.optimizers.get(42)
+    bad = "accepted"
+except ValueError:
+    bad = "rejected"
+print(keras.optimizers.get(opt) is opt, type(keras.optimizers.get("adam")).__name__, bad)
+"""
+
+
+@pytest.mark.parametrize("load", ["import keras", "import jaxkeras"])
+def test_keras_optimizers_get_accepts_optax_optimizers(load, tmp_path):
+    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
+    code = OPTIMIZER_PROBE.format(load=load)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-3:] == ["True", "Adam", "rejected"]

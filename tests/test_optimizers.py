@@ -252,3 +252,8 @@ def test_bad_arguments():
     K.function([], [], updates=opt.get_updates(K.sum(w), [w]))
     with pytest.raises(ValueError, match="expected 1 arrays"):
         opt.set_weights([])
+
+
+def test_exported_as_a_submodule_not_in_the_flat_namespace():
+    assert K.optimizers.OptaxOptimizer is OptaxOptimizer
+    assert not hasattr(K, "OptaxOptimizer")
