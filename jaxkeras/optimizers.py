@@ -21,6 +21,7 @@ import optax
 from jaxkeras import graph
 from jaxkeras.checks import check_variable
 from jaxkeras.function import gradients
+from jaxkeras.ops_reduce import sum as sum_
 from jaxkeras.state import (
     Variable,
     batch_set_value,
@@ -172,6 +173,8 @@ class OptaxOptimizer:
         """Returns the updates of one optimizer step on ``params`` minimizing ``loss``.
 
         The gradients are ``K.gradients(loss, params)``; the optax update runs as one graph op.
+        Transforms that take extra arguments get the loss as ``value`` (summed when it is not a
+        scalar), so ``optax.contrib.reduce_on_plateau`` works.
         Inside a state scope the updates apply at once, to the scope (``loss`` must then be a
         symbolic tensor built outside the scope, from variables, without placeholders).
 
@@ -201,7 +204,9 @@ class OptaxOptimizer:
             )
         self._build(params)
         grads = self.get_gradients(loss, params) if params else []
-        new_params, new_state = _optax_step(self.tx, self._treedef)(grads, self._state, params)
+        value = loss if graph.static_shape(loss) == () else sum_(loss)
+        step = _optax_step(self.tx, self._treedef)
+        new_params, new_state = step(grads, self._state, params, value)
         updates = [update_add(self.iterations, 1)]
         for p, g, new_p in zip(params, grads, new_params):
             if g is not None:
@@ -250,13 +255,18 @@ class OptaxOptimizer:
 
 
 def _optax_step(tx: optax.GradientTransformation, treedef: Any) -> Any:
-    """The op applying ``tx`` once: ``(grads, state_leaves, params) -> (new_params,
-    new_state_leaves)``; ``None`` gradients count as zeros."""
+    """The op applying ``tx`` once: ``(grads, state_leaves, params, value) -> (new_params,
+    new_state_leaves)``; ``None`` gradients count as zeros, and ``value`` (the loss) is passed
+    to transforms that take extra arguments."""
+    extra_args = isinstance(tx, optax.GradientTransformationExtraArgs)
 
-    def optax_step(grads: list, state_leaves: list, params: list) -> tuple[list, list]:
+    def optax_step(grads: list, state_leaves: list, params: list, value: Any) -> tuple:
         grads = [jnp.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
         state = jax.tree_util.tree_unflatten(treedef, state_leaves)
-        steps, new_state = tx.update(grads, state, params)
+        if extra_args:
+            steps, new_state = tx.update(grads, state, params, value=value)
+        else:
+            steps, new_state = tx.update(grads, state, params)
         return optax.apply_updates(params, steps), jax.tree_util.tree_leaves(new_state)
 
     return graph.op(optax_step, name="optax_step")

@@ -187,6 +187,28 @@ def test_schedule_sees_the_step_count_of_each_call():
         np.testing.assert_allclose(opt.optax_state().hyperparams["learning_rate"], lrs[-1])
 
 
+def test_transforms_with_extra_args_get_the_loss_as_value():
+    # reduce_on_plateau scales the step down once the loss stops improving: it needs the loss
+    def make():
+        return optax.chain(
+            optax.sgd(0.01), optax.contrib.reduce_on_plateau(factor=0.5, patience=2, rtol=0.1)
+        )
+
+    target = np.array([1.0, -1.0], "float32")
+    w = K.variable(np.zeros(2))
+    opt = OptaxOptimizer(make())
+    train = K.function([], [], updates=opt.get_updates(K.sum(K.square(w - target)), [w]))
+    tx, p = make(), jnp.zeros(2)
+    state = tx.init(p)
+    for _ in range(12):
+        train([])
+        value, grad = jax.value_and_grad(lambda p: jnp.sum(jnp.square(p - target)))(p)
+        updates, state = tx.update(grad, state, p, value=value)
+        p = optax.apply_updates(p, updates)
+        np.testing.assert_allclose(K.get_value(w), p, rtol=1e-6, atol=1e-7)
+    assert float(opt.optax_state()[1].scale) < 1.0  # the plateau was detected
+
+
 def test_none_gradient_keeps_param_with_weight_decay_and_masks():
     w, unused = K.variable(np.ones(2)), K.variable(np.ones(2))
     tx = optax.chain(optax.masked(optax.add_decayed_weights(0.5), [True, True]), optax.sgd(0.1))
