@@ -260,7 +260,7 @@ def test_optax_optimizer_trains_saves_and_loads(digits, tmp_path):
 
     model = mlp()
     opt = OptaxOptimizer(adamw())
-    assert _fit_and_score(model, digits, opt, epochs=10) >= 0.9
+    assert _fit_and_score(model, digits, opt, epochs=10) > 0.9
     assert model.optimizer is opt
     assert int(KB.get_value(opt.iterations)) == 10 * int(np.ceil(len(digits[0]) / 32))
     x_test = digits[1]
