@@ -8,7 +8,7 @@ KERAS_SUITE := $(VENV)/keras-2.3.1-tests/backend_test.py
 
 BENCH_VENV := .venv-bench
 
-.PHONY: test demo lint bench clean
+.PHONY: test demo lint docs bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,9 +27,14 @@ $(KERAS_SUITE): | $(BIN)/python
 
 test: $(STAMP) $(KERAS_SUITE)
 	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -p no:cacheprovider --doctest-modules jaxkeras
 
 demo: $(STAMP)
 	$(BIN)/python examples/digits_demo.py
+
+# the API reference, rendered from the docstrings into site/ (git-ignored)
+docs: $(STAMP)
+	$(BIN)/pdoc --docformat google -o site jaxkeras
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -47,4 +52,4 @@ bench: $(STAMP) $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/bench_keras2.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) build site *.egg-info .pytest_cache

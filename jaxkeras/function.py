@@ -104,6 +104,12 @@ class _Input:
 class Function:
     """A compiled graph: call it with a list of input values (see :func:`function`).
 
+    Args:
+        inputs: the placeholders (or tensors) it is fed, in order.
+        outputs: a tensor or a list of tensors.
+        updates: ``K.update*`` results or ``(variable, new_value)`` pairs, run on every call.
+        name: a name for the function.
+
     Attributes:
         inputs: the input tensors, in feed order.
         outputs: the output tensors.

@@ -455,7 +455,9 @@ def map_fn(fn: Callable, elems: Any, name: str | None = None, dtype: Any = None)
 
     Example:
         >>> K.eval(K.map_fn(lambda row: row * 2, np.arange(6.0).reshape(3, 2)))
-        array([[ 0.,  2.], [ 4.,  6.], [ 8., 10.]], dtype=float32)
+        array([[ 0.,  2.],
+               [ 4.,  6.],
+               [ 8., 10.]], dtype=float32)
     """
     _check_elems(elems, "map_fn")
     dtype = None if dtype is None else check_dtype("map_fn", dtype)

@@ -513,8 +513,8 @@ class Update:
     (on every call). Several updates of one variable run together compose (see
     :func:`compose_updates`).
 
-    Attributes:
-        variable: the variable it updates.
+    Args:
+        variable: the variable it updates (kept as an attribute, as are the others).
         value: the variable's new value when the update runs alone.
         increment: what it adds to the variable (``update_add``, ``update_sub``,
             ``moving_average_update``), or ``None`` for an assignment (``update``).

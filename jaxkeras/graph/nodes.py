@@ -455,7 +455,7 @@ def draw_seed() -> int:
     return int(np.random.randint(10_000_000))
 
 
-def op(fn: Callable | None = None, *, name: str | None = None, random: bool = False):
+def op(fn: Callable | None = None, *, name: str | None = None, random: bool = False) -> Callable:
     """Makes a pure ``jax.numpy`` function a jaxkeras op (the one op decorator).
 
     The op runs at once on concrete arrays (and on tracers, inside a user's ``jax.jit``); with a
@@ -475,8 +475,10 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
 
     Example:
         >>> double = K.op(lambda x: x * 2, name="double")
-        >>> double(np.arange(3.0))
-        Array([0., 2., 4.], dtype=float32)
+        >>> double(np.arange(3.0))  # concrete: runs at once
+        array([0., 2., 4.])
+        >>> K.eval(double(K.variable([1.0, 2.0])))  # symbolic: records a node
+        array([2., 4.], dtype=float32)
     """
     if fn is None:
         return functools.partial(op, name=name, random=random)
