@@ -67,9 +67,13 @@ class OptaxOptimizer:
         updates: the updates of the last :meth:`get_updates` call.
 
     Example:
-        >>> opt = OptaxOptimizer(optax.adam(1e-3))
-        >>> updates = opt.get_updates(loss, params)
-        >>> train = K.function([x, y], [loss], updates=updates)
+        >>> w = K.variable([1.0, -2.0])
+        >>> loss = K.sum(K.square(w))
+        >>> opt = K.optimizers.OptaxOptimizer(optax.sgd(0.25))
+        >>> train = K.function([], [loss], updates=opt.get_updates(loss, [w]))
+        >>> loss_before_step = train([])
+        >>> K.get_value(w)  # w - 0.25 * 2w
+        array([ 0.5, -1. ], dtype=float32)
     """
 
     def __init__(self, tx: optax.GradientTransformation, name: str = "optax") -> None:

@@ -3,6 +3,7 @@
 The rendered API reference (``make docs``) is built from these docstrings.
 """
 
+import functools
 import inspect
 import re
 import types
@@ -23,6 +24,8 @@ NAMES = sorted(
     }
     | set(API_NAMES)
 )
+# ... and the public names of its public submodules (K.optimizers.OptaxOptimizer)
+NAMES += [f"{module}.{name}" for module in ["optimizers"] for name in getattr(K, module).__all__]
 
 
 def _section(doc, title):
@@ -60,7 +63,7 @@ def test_api_names_are_all_in_the_namespace():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_docstring_documents_arguments_and_result(name):
-    obj = getattr(K, name)
+    obj = functools.reduce(getattr, name.split("."), K)
     assert callable(obj), f"K.{name} is not a function or class"
     doc, signature = _callable_parts(obj)
     assert doc.strip(), f"K.{name} has no docstring"
