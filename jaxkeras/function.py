@@ -23,6 +23,7 @@ from jax.experimental import sparse
 
 from jaxkeras import graph
 from jaxkeras.graph import (
+    DISTRIBUTION,
     PHASE,
     Context,
     GradNode,
@@ -41,6 +42,7 @@ from jaxkeras.state import (
     compose_updates,
     get_state,
     normalize_updates,
+    stored_layout,
     to_numpy,
 )
 
@@ -211,7 +213,7 @@ class Function:
         }
         ctx = Context(state=state, learning_phase=phase, keys=keys)
         outputs, new = self._evaluate(ctx, feeds)
-        return outputs, [new[n] for n in self._updated]
+        return _laid_out(outputs, self._updated, new)
 
     def _compile(self, phase: int) -> Any:
         compiled = self._compiled.get(phase)
@@ -261,6 +263,7 @@ class Function:
                 for feeder, value in zip(self._feeders, inputs)
                 if feeder is not None
             ]
+        feeds = _distributed(feeds)
         compiled = self._compiled.get(phase) or self._compile(phase)
         rng = STORE.take_runs(self._random) if self._random else None
         values = STORE.values
@@ -292,6 +295,31 @@ def _getter(names: list[str]) -> Any:
     if len(names) == 1:
         return lambda values: (pick(values),)
     return pick
+
+
+def _distributed(feeds: list) -> list:
+    """The feeds of a call, placed by the distribution in effect (unchanged without one)."""
+    distribution = DISTRIBUTION.current()
+    return feeds if distribution is None else distribution.place_feeds(feeds)
+
+
+def _laid_out(outputs: list, names: list[str], new: dict[str, Any]) -> tuple[list, list]:
+    """Inside a trace: the new values of the variables ``names``, each kept in the layout of
+    its stored value (so no call moves the state), and the outputs in the distribution's
+    output layout."""
+    values = []
+    for name in names:
+        value, layout = new[name], stored_layout(STORE.values.get(name))
+        if layout is not None and not graph.is_bcoo(value):
+            value = lax.with_sharding_constraint(value, layout)
+        values.append(value)
+    distribution = DISTRIBUTION.current()
+    layout = None if distribution is None else distribution.output_layout()
+    if layout is not None:
+        outputs = [
+            o if graph.is_bcoo(o) else lax.with_sharding_constraint(o, layout) for o in outputs
+        ]
+    return outputs, values
 
 
 def _check_phase(value: Any) -> int:

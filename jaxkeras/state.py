@@ -25,7 +25,7 @@ from jax.experimental import sparse
 
 from jaxkeras import graph
 from jaxkeras.checks import check_dtype, check_fits, check_seed, check_variable
-from jaxkeras.graph import Context, Symbolic, VariableNode
+from jaxkeras.graph import DISTRIBUTION, Context, Symbolic, VariableNode
 
 # ---------------------------------------------------------------------------------------------
 # the store
@@ -261,6 +261,49 @@ def _copy_to_device(value: Any, dtype: str) -> Any:
     return jnp.array(np.asarray(value), dtype=dtype, copy=True)
 
 
+def _device_copy(value: Any) -> Any:
+    """A copy of a stored value on the same devices, with the same sharding."""
+    if graph.is_bcoo(value):
+        return _copy_to_device(value, value.dtype)
+    return jnp.array(value, copy=True)
+
+
+def _placed(name: str, value: Any) -> Any:
+    """A new variable's value, on the devices the distribution in effect gives it."""
+    distribution = DISTRIBUTION.current()
+    if distribution is None or graph.is_bcoo(value):
+        return value
+    sharding = distribution.variable_layout(name, tuple(value.shape))
+    return value if sharding is None else jax.device_put(value, sharding)
+
+
+def place_like(value: Any, old: Any) -> Any:
+    """Puts a new value of a variable where its old value lives (a variable keeps the layout
+    it was given when it was made: see ``jaxkeras.distribution``).
+
+    Args:
+        value: the new value (a device copy the store owns).
+        old: the stored value it replaces, or ``None``.
+
+    Returns:
+        ``value``, moved to the sharding of ``old`` when ``old`` was placed explicitly.
+    """
+    layout = stored_layout(old)
+    return value if layout is None or graph.is_bcoo(value) else jax.device_put(value, layout)
+
+
+def stored_layout(value: Any) -> Any:
+    """Returns the sharding of a stored value that was placed explicitly (by a distribution),
+    or ``None`` for a value JAX may move (on the default device).
+
+    Args:
+        value: a stored value (or ``None``).
+    """
+    if isinstance(value, jax.Array) and value.committed:
+        return value.sharding
+    return None
+
+
 def to_numpy(value: Any) -> np.ndarray:
     """A NumPy copy of a value; sparse values come out dense."""
     if isinstance(value, sparse.BCOO):
@@ -414,7 +457,7 @@ def variable(
     data = _copy_to_device(_value_of(value), dtype)
     with STORE.lock.write():
         full = STORE.unique_name(scoped_name(name or "variable"))
-        return Variable(data, full, constraint, trainable)
+        return Variable(_placed(full, data), full, constraint, trainable)
 
 
 def get_value(x: Any) -> np.ndarray:
@@ -452,7 +495,7 @@ def _checked_value(x: Variable, value: Any, fn: str) -> Any:
     check_fits(fn, "value", tuple(value.shape), x)
     if x._sparse and isinstance(value, np.ndarray):
         value = sparse.BCOO.fromdense(value)  # a sparse variable stays sparse
-    return _copy_to_device(value, x.dtype)
+    return place_like(_copy_to_device(value, x.dtype), STORE.values.get(x.name))
 
 
 def set_value(x: Variable, value: Any) -> None:
@@ -780,14 +823,15 @@ def get_state(variables: Sequence[Variable | str] | None = None) -> dict[str, ja
         variables: the variables (or their names) to include; default all live ones.
 
     Returns:
-        A dict variable name -> ``jax.Array``.
+        A dict variable name -> ``jax.Array``, each on the devices (with the sharding) of the
+        stored value.
     """
     with STORE.lock.read():
         if variables is None:
             names = list(STORE.values)
         else:
             names = [v.name if isinstance(v, Variable) else v for v in variables]
-        return {n: _copy_to_device(STORE.read(n), STORE.read(n).dtype) for n in names}
+        return {n: _device_copy(STORE.read(n)) for n in names}
 
 
 def set_state(values: Mapping[str, Any]) -> None:
@@ -808,5 +852,5 @@ def set_state(values: Mapping[str, Any]) -> None:
                     f"set_state: value of shape {np.shape(value)} does not fit "
                     f"variable {name!r} of shape {tuple(old.shape)}"
                 )
-            checked[name] = _copy_to_device(value, old.dtype.name)
+            checked[name] = place_like(_copy_to_device(value, old.dtype.name), old)
         STORE.values.update(checked)

@@ -43,13 +43,21 @@ from jaxkeras.graph.nodes import (
     substituting,
 )
 from jaxkeras.graph.phase import LearningPhase, PhaseSwitch, reset_learning_phase
-from jaxkeras.graph.runtime import PHASE, StateSource, install_state_source
+from jaxkeras.graph.runtime import (
+    DISTRIBUTION,
+    PHASE,
+    Distributor,
+    StateSource,
+    install_state_source,
+)
 from jaxkeras.graph.sparse import is_bcoo
 
 __all__ = [
+    "DISTRIBUTION",
     "PHASE",
     "SHAPE_CACHE",
     "Context",
+    "Distributor",
     "GradNode",
     "ItemTensor",
     "LearningPhase",

@@ -1,10 +1,13 @@
-"""The graph layer's mutable state, in three named objects, and the interface to the store.
+"""The graph layer's mutable state, in four named objects, and the interface to the store.
 
 - :data:`NODE_IDS` numbers nodes (their names), process-wide.
 - :data:`THREAD` holds each thread's own stacks: the active evaluation contexts and the
   control-dependency substitutions. Threads never see each other's.
 - :data:`PHASE` is the learning phase set by ``K.set_learning_phase`` (process-wide, as in
   Keras 2) and the learning-phase placeholder.
+- :data:`DISTRIBUTION` is the distribution in effect (``jaxkeras.distribution`` sets it; the
+  store and compiled functions ask it where values go, through the :class:`Distributor`
+  protocol). It is a user setting, like the floatx: ``clear_session`` leaves it.
 
 Variable values and random keys come from the state store, which registers itself once through
 :func:`install_state_source`; the graph layer knows it only through the :class:`StateSource`
@@ -13,8 +16,10 @@ protocol, never by importing it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 
@@ -94,3 +99,56 @@ class _Phase:
 NODE_IDS = _NodeIds()
 THREAD = _ThreadStacks()
 PHASE = _Phase()
+
+
+class Distributor(Protocol):
+    """What the store and compiled functions ask the distribution in effect."""
+
+    def variable_layout(self, name: str, shape: tuple[int, ...]) -> Any:
+        """Returns the ``jax.sharding.Sharding`` of a new variable, or ``None`` (one device).
+
+        Args:
+            name: the variable's unique name.
+            shape: its shape.
+        """
+
+    def place_feeds(self, feeds: Sequence[Any]) -> list[Any]:
+        """Returns the feeds of one call of a compiled function, placed on the devices.
+
+        Args:
+            feeds: the checked feeds (NumPy or JAX arrays, or sparse values).
+        """
+
+    def output_layout(self) -> Any:
+        """Returns the sharding compiled functions give their outputs (``None``: XLA's
+        choice)."""
+
+
+class _Distribution:
+    """The distribution in effect: this thread's innermost scope, else the process-wide one."""
+
+    def __init__(self) -> None:
+        self.default: Distributor | None = None
+        self._local = threading.local()
+
+    def current(self) -> Distributor | None:
+        """Returns the distribution in effect in this thread (``None``: one device)."""
+        scopes = getattr(self._local, "scopes", None)
+        return scopes[-1] if scopes else self.default
+
+    @contextlib.contextmanager
+    def scoped(self, distributor: Distributor) -> Iterator[None]:
+        """A context in which ``distributor`` is in effect in this thread.
+
+        Args:
+            distributor: the distribution.
+        """
+        scopes = self._local.__dict__.setdefault("scopes", [])
+        scopes.append(distributor)
+        try:
+            yield
+        finally:
+            scopes.pop()
+
+
+DISTRIBUTION = _Distribution()
