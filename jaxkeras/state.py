@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import sparse
+from jax.experimental import multihost_utils, sparse
 
 from jaxkeras import graph
 from jaxkeras.checks import check_dtype, check_fits, check_seed, check_variable
@@ -305,9 +305,14 @@ def stored_layout(value: Any) -> Any:
 
 
 def to_numpy(value: Any) -> np.ndarray:
-    """A NumPy copy of a value; sparse values come out dense."""
+    """A NumPy copy of a value; sparse values come out dense. A value split over several
+    processes' devices is gathered from them (every process must ask for it at once)."""
     if isinstance(value, sparse.BCOO):
         value = value.todense()
+    if isinstance(value, jax.Array) and not (
+        value.is_fully_addressable or value.is_fully_replicated
+    ):
+        return np.array(multihost_utils.process_allgather(value, tiled=True))
     return np.array(value)
 
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import get_opaque_trace_state
+from jaxlib import xla_client
 
 from jaxkeras.graph.base import Node, Subgraph
 from jaxkeras.graph.context import TOP_LEVEL_TRACE, Context, active_context, active_scope
@@ -415,7 +416,7 @@ def _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase) -
 
 _CONCRETE_TYPES = frozenset(
     {
-        type(jnp.zeros(())),
+        xla_client.ArrayImpl,  # jax.Array's type, named without starting a JAX backend
         np.ndarray,
         int,
         float,
