@@ -234,24 +234,17 @@ def devices_run(out: str) -> None:
         json.dump(results, f)
 
 
-def host_run(process_id: int, port: int, out: str) -> None:
-    """One host of two: each feeds its half of every batch."""
-    D.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
+def host_train(distribution, process_id: int) -> dict:
+    """Three steps of linear regression; each host feeds its half of every batch."""
+    K.clear_session()
+    K.set_random_seed(0)
+    gc.collect()  # the variable of the run before goes, so the name "w" is free
     rng = np.random.RandomState(0)
     xs, ys = rng.rand(192, 8).astype("float32"), rng.rand(192, 2).astype("float32")
-    results = {"devices": len(D.list_devices()), "local": jax.local_device_count()}
     half = slice(process_id * 32, process_id * 32 + 32)
-    for name, distribution in (
-        ("data_parallel", D.DataParallel()),
-        ("model_parallel", model_parallel(("^w$", ("model", None)))),
-        ("single", None),
-    ):
-        K.clear_session()
-        K.set_random_seed(0)
-        gc.collect()
+    D.set_distribution(distribution)
+    try:
         x, t = K.placeholder((None, 8)), K.placeholder((None, 2))
-        if distribution is not None:
-            D.set_distribution(distribution)
         w = K.variable(K.random_normal((8, 2), seed=1), name="w")
         loss = K.mean(K.square(K.dot(x, w) - t))
         (g,) = K.gradients(loss, [w])
@@ -260,20 +253,28 @@ def host_run(process_id: int, port: int, out: str) -> None:
         for i in range(3):
             batch = slice(i * 64, i * 64 + 64)
             # one device: the whole batch; distributed: this host's half of it
-            feeds = (
-                [xs[batch], ys[batch]]
-                if distribution is None
-                else [xs[batch][half], ys[batch][half]]
-            )
-            value, outputs = f(feeds)
+            if distribution is None:
+                value, outputs = f([xs[batch], ys[batch]])
+            else:
+                value, outputs = f([xs[batch][half], ys[batch][half]])
             losses.append(float(value))
-        results[name] = {
+        return {
             "losses": losses,
             "outputs_shape": list(outputs.shape),
             "value": K.get_value(w).tolist(),
-            "sharding": describe(K.get_state([w])["w"]) if distribution else None,
+            "sharding": describe(K.get_state([w])[w.name]),
         }
+    finally:
         D.set_distribution(None)
+
+
+def host_run(process_id: int, port: int, out: str) -> None:
+    """One host of two (4 CPU devices each), connected on localhost."""
+    D.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
+    results = {"devices": len(D.list_devices()), "local": jax.local_device_count()}
+    results["single"] = host_train(None, process_id)
+    results["data_parallel"] = host_train(D.DataParallel(), process_id)
+    results["model_parallel"] = host_train(model_parallel(("^w$", ("model", None))), process_id)
     with open(out, "w") as f:
         json.dump(results, f)
 
