@@ -124,17 +124,24 @@ class Distributor(Protocol):
         choice)."""
 
 
+class _Scopes(threading.local):
+    """Each thread's stack of distribution scopes."""
+
+    def __init__(self) -> None:
+        self.stack: list[Distributor] = []
+
+
 class _Distribution:
     """The distribution in effect: this thread's innermost scope, else the process-wide one."""
 
     def __init__(self) -> None:
         self.default: Distributor | None = None
-        self._local = threading.local()
+        self._scopes = _Scopes()
 
     def current(self) -> Distributor | None:
         """Returns the distribution in effect in this thread (``None``: one device)."""
-        scopes = getattr(self._local, "scopes", None)
-        return scopes[-1] if scopes else self.default
+        stack = self._scopes.stack
+        return stack[-1] if stack else self.default
 
     @contextlib.contextmanager
     def scoped(self, distributor: Distributor) -> Iterator[None]:
@@ -143,12 +150,12 @@ class _Distribution:
         Args:
             distributor: the distribution.
         """
-        scopes = self._local.__dict__.setdefault("scopes", [])
-        scopes.append(distributor)
+        stack = self._scopes.stack
+        stack.append(distributor)
         try:
             yield
         finally:
-            scopes.pop()
+            stack.pop()
 
 
 DISTRIBUTION = _Distribution()
