@@ -134,7 +134,7 @@ def _restored(name: str, saved: dict[str, Any], bits: np.ndarray, current: Any) 
         )
     array = bits.view(jnp.dtype(dtype)) if bits.dtype != jnp.dtype(dtype) else bits
     value = jnp.array(array, dtype=dtype, copy=True)
-    return sparse.BCOO.fromdense(value) if saved["sparse"] else value
+    return sparse.BCOO.fromdense(value) if saved["sparse"] else state.place_like(value, current)
 
 
 def restore_checkpoint(

@@ -42,6 +42,7 @@ from jaxkeras.state import (
     compose_updates,
     get_state,
     normalize_updates,
+    place_like,
     stored_layout,
     to_numpy,
 )
@@ -480,7 +481,7 @@ def _run(targets: list, updates: list, leaves: list, ctx: Context, memo: dict) -
         if ctx.scope:
             ctx.write(target, new[target.name])
         else:
-            STORE.values[target.name] = new[target.name]
+            STORE.values[target.name] = place_like(new[target.name], STORE.values[target.name])
     after_iter = iter(after)
     return [next(after_iter) if isinstance(leaf, Update) else v for leaf, v in zip(leaves, values)]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 import sys
 
@@ -144,13 +145,23 @@ def random_draws(distribution) -> list:
         return [f([ones])[0].tolist() for _ in range(2)]
 
 
-def set_value_keeps_layout() -> dict:
+def writes_keep_layout(folder: str) -> dict:
+    """The layout of a split variable after each way of writing it."""
     with model_parallel(("kernel", (None, "model"))).scope():
         v = K.variable(np.zeros((4, 8)), name="kernel")
+    layouts = {}
     K.set_value(v, np.ones((4, 8)))
-    after_set = describe(K.get_state([v])[v.name])
+    layouts["set_value"] = describe(K.get_state([v])[v.name])
     K.set_state({v.name: np.full((4, 8), 2.0)})
-    return {"set_value": after_set, "set_state": describe(K.get_state([v])[v.name])}
+    layouts["set_state"] = describe(K.get_state([v])[v.name])
+    K.eval(K.update(v, np.full((4, 8), 3.0)))
+    layouts["eval_update"] = describe(K.get_state([v])[v.name])
+    path = os.path.join(folder, "checkpoint.npz")
+    K.save_checkpoint(path, [v])
+    K.restore_checkpoint(path, [v])
+    layouts["restore_checkpoint"] = describe(K.get_state([v])[v.name])
+    layouts["value"] = K.get_value(v).tolist()
+    return layouts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,7 +237,7 @@ def devices_run(out: str) -> None:
         "single": random_draws(None),
         "data_parallel": random_draws(D.DataParallel()),
     }
-    results["set_value"] = set_value_keeps_layout()
+    results["writes"] = writes_keep_layout(os.path.dirname(out))
     results["keras"] = {
         how: keras_fit(how, data) for how in ("single", "scope", "set_distribution")
     }

@@ -190,11 +190,12 @@ def test_random_numbers_fresh_per_call_and_independent_of_device_count(eight):
     np.testing.assert_array_equal(np.asarray(single[0])[kept], 2.0)
 
 
-@pytest.mark.parametrize("how", ["set_value", "set_state"])
+@pytest.mark.parametrize("how", ["set_value", "set_state", "eval_update", "restore_checkpoint"])
 def test_writes_keep_a_variables_layout(eight, how):
-    layout = eight["set_value"][how]
+    layout = eight["writes"][how]
     assert layout["devices"] == 8
     assert layout["shard_shape"] == [4, 2]
+    assert eight["writes"]["value"] == np.full((4, 8), 3.0).tolist()
 
 
 def test_nothing_gathers(eight):
