@@ -212,7 +212,7 @@ class TensorLayout:
 
     @property
     def device_mesh(self) -> DeviceMesh | None:
-        """The mesh (settable once it is ``None``)."""
+        """The mesh (settable; its axis names must include the layout's)."""
         return self._device_mesh
 
     @device_mesh.setter
@@ -328,7 +328,8 @@ class Distribution:
         # batch axis (the whole axis with one process)
         axis = device_mesh.axis_names.index(batch_dim_name)
         rows = np.moveaxis(device_mesh.devices, axis, 0).reshape(device_mesh.shape[axis], -1)
-        self._parts = sum(any(d.process_index == jax.process_index() for d in row) for row in rows)
+        here = sum(any(d.process_index == jax.process_index() for d in row) for row in rows)
+        self._parts = max(here, 1)
 
     @property
     def _fn(self) -> str:

@@ -350,6 +350,20 @@ def test_model_parallel_arguments():
         D.ModelParallel(layout_map=layout_map, batch_dim_name="rows")
 
 
+def test_layouts_of_data_and_variables():
+    mesh = D.DeviceMesh((1, 1), ("data", "model"))
+    layout_map = D.LayoutMap(mesh)
+    layout_map["kernel"] = (None, "model")
+    distribution = D.ModelParallel(layout_map=layout_map)
+    assert distribution.get_data_layout((16, 3, 2)).axes == ("data", None, None)
+    assert distribution.get_data_layout(()).axes == ()
+    variable = K.variable(np.zeros((2, 3)), name="bias")
+    assert distribution.get_variable_layout(variable).axes == (None, None)
+    kernel = K.variable(np.zeros((2, 3)), name="dense/kernel")
+    assert distribution.get_variable_layout(kernel).axes == (None, "model")
+    assert D.DataParallel(device_mesh=mesh).get_variable_layout(kernel).axes == (None, None)
+
+
 def test_model_parallel_layout_must_fit_the_variable():
     mesh = D.DeviceMesh((1,), ("model",))
     layout_map = D.LayoutMap(mesh)
