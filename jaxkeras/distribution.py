@@ -9,8 +9,9 @@ a :class:`LayoutMap`'s regular expressions. Put one in effect with :func:`set_di
 
 - a variable made while it is in effect is placed by it (``jax.device_put`` with a
   ``NamedSharding``) and keeps that layout for its whole life: compiled functions constrain the
-  new value of every updated variable to the layout of its stored value, and ``set_value``
-  puts new values there, so no call gathers or moves the state;
+  new value of every updated variable to the layout of its stored value, and ``set_value``,
+  ``set_state``, ``K.eval`` of an update and ``restore_checkpoint`` put new values there, so no
+  call gathers or moves the state;
 - every call of a ``K.function`` places each feed of rank >= 1 split along its axis 0 over the
   distribution's batch axis (a 0-d feed is replicated), and ``jax.jit`` compiles for those
   shardings. Outputs still come back as NumPy arrays; ``K.get_state`` gives the sharded
