@@ -6,9 +6,11 @@ as an external backend with ``KERAS_BACKEND=jaxkeras``.
 """
 
 from jaxkeras import config as _config
-from jaxkeras import distribution
+from jaxkeras import (
+    distribution,  # Keras 3's keras.distribution: K.distribution.DataParallel, not flat
+    optimizers,  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
+)
 from jaxkeras import keras2 as _keras2
-from jaxkeras import optimizers  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
 from jaxkeras.checkpoint import restore_checkpoint, save_checkpoint
 from jaxkeras.compat import (
     Session,

@@ -117,7 +117,10 @@ class DeviceMesh:
             differs from the size of the mesh.
 
     Example:
-        >>> mesh = DeviceMesh((2, 4), ("batch", "model"))
+        >>> devices = K.distribution.list_devices()  # e.g. 8: a mesh (2, 4) needs 8
+        >>> mesh = K.distribution.DeviceMesh((1, len(devices)), ("batch", "model"), devices)
+        >>> mesh.axis_names
+        ('batch', 'model')
     """
 
     def __init__(
@@ -451,7 +454,10 @@ class DataParallel(Distribution):
         ValueError: when both arguments are given.
 
     Example:
-        >>> set_distribution(DataParallel())
+        >>> with K.distribution.DataParallel().scope():  # or set_distribution(...)
+        ...     w = K.variable(np.ones((2, 3)))
+        >>> K.get_state([w])[w.name].sharding.is_fully_replicated
+        True
     """
 
     def __init__(
@@ -481,10 +487,15 @@ class ModelParallel(Distribution):
         ValueError: when ``layout_map`` is missing, or ``device_mesh`` is not its mesh.
 
     Example:
-        >>> mesh = DeviceMesh((2, 4), ("batch", "model"))
-        >>> layout_map = LayoutMap(mesh)
+        >>> n = len(K.distribution.list_devices())
+        >>> mesh = K.distribution.DeviceMesh((1, n), ("batch", "model"))
+        >>> layout_map = K.distribution.LayoutMap(mesh)
         >>> layout_map["dense.*/kernel"] = (None, "model")
-        >>> set_distribution(ModelParallel(layout_map=layout_map, batch_dim_name="batch"))
+        >>> model_parallel = K.distribution.ModelParallel(layout_map=layout_map)
+        >>> with model_parallel.scope():
+        ...     kernel = K.variable(np.zeros((4, 8 * n)), name="dense_1/kernel")
+        >>> K.get_state([kernel])[kernel.name].sharding.shard_shape((4, 8 * n))
+        (4, 8)
     """
 
     def __init__(
@@ -537,8 +548,11 @@ def set_distribution(value: Distribution | None) -> None:
 
 
 def distribution() -> Distribution | None:
-    """Returns the distribution in effect in this thread: the innermost ``scope()``, else the
-    one :func:`set_distribution` set, else ``None``.
+    """Returns the distribution in effect in this thread.
+
+    Returns:
+        The innermost ``scope()``'s distribution, else the one :func:`set_distribution` set,
+        else ``None``.
     """
     return graph.DISTRIBUTION.current()
 

@@ -198,6 +198,14 @@ def test_writes_keep_a_variables_layout(eight, how):
     assert eight["writes"]["value"] == np.full((4, 8), 3.0).tolist()
 
 
+def test_readme_recipes_run(eight):
+    readme = eight["readme"]
+    assert readme["blocks"] == 2
+    assert readme["in_effect"] == "DataParallel"  # set by the first recipe
+    assert readme["kernel"]["devices"] == 8
+    assert readme["kernel"]["shard_shape"] == [64, 8]
+
+
 def test_nothing_gathers(eight):
     hlo = eight["hlo"]
     steps = [name for name, text in hlo.items() if "all-reduce(" in text]

@@ -25,7 +25,11 @@ NAMES = sorted(
     | set(API_NAMES)
 )
 # ... and the public names of its public submodules (K.optimizers.OptaxOptimizer)
-NAMES += [f"{module}.{name}" for module in ["optimizers"] for name in getattr(K, module).__all__]
+NAMES += [
+    f"{module}.{name}"
+    for module in ["optimizers", "distribution"]
+    for name in getattr(K, module).__all__
+]
 
 
 def _section(doc, title):
