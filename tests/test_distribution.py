@@ -439,3 +439,22 @@ def test_set_distribution_is_process_wide_and_survives_clear_session(mesh):
 def test_initialize_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         D.initialize(**kwargs)
+
+
+def test_initialize_hands_its_arguments_to_jax(monkeypatch):
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: calls.append(kwargs))
+    D.initialize("10.0.0.1:1234, 10.0.0.2:1234", num_processes=2, process_id=1)
+    monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "host:99")
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "4")
+    monkeypatch.setenv("KERAS_DISTRIBUTION_PROCESS_ID", "3")
+    D.initialize()
+    monkeypatch.delenv("KERAS_DISTRIBUTION_JOB_ADDRESSES")
+    monkeypatch.delenv("KERAS_DISTRIBUTION_NUM_PROCESSES")
+    monkeypatch.delenv("KERAS_DISTRIBUTION_PROCESS_ID")
+    D.initialize()  # JAX finds them itself (cluster environments)
+    assert calls == [
+        {"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1},
+        {"coordinator_address": "host:99", "num_processes": 4, "process_id": 3},
+        {"coordinator_address": None, "num_processes": None, "process_id": None},
+    ]
