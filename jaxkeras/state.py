@@ -293,11 +293,14 @@ def place_like(value: Any, old: Any) -> Any:
 
 
 def stored_layout(value: Any) -> Any:
-    """Returns the sharding of a stored value that was placed explicitly (by a distribution),
-    or ``None`` for a value JAX may move (on the default device).
+    """Where a stored value lives, if it was placed explicitly (by a distribution).
 
     Args:
         value: a stored value (or ``None``).
+
+    Returns:
+        Its ``jax.sharding.Sharding`` when it is committed to devices, else ``None`` (a value
+        on the default device, which JAX may move).
     """
     if isinstance(value, jax.Array) and value.committed:
         return value.sharding
