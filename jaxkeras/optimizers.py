@@ -152,7 +152,10 @@ class OptaxOptimizer:
         with name_scope(self.name):
             leaves = [
                 variable(
-                    leaf, dtype=jnp.asarray(leaf).dtype.name, name=_leaf_name(path), trainable=False
+                    leaf,
+                    dtype=jnp.asarray(leaf).dtype.name,
+                    name=_leaf_name(path, leaf, params),
+                    trainable=False,
                 )
                 for path, leaf in paths
             ]
@@ -276,7 +279,19 @@ def _optax_step(tx: optax.GradientTransformation, treedef: Any) -> Any:
     return graph.op(optax_step, name="optax_step")
 
 
-def _leaf_name(path: Any) -> str:
-    """The variable name of the optax state leaf at ``path``: ``state/1/0/mu/0``."""
+def _leaf_name(path: Any, leaf: Any, params: list[Variable]) -> str:
+    """The variable name of the optax state leaf at ``path``.
+
+    A leaf that mirrors a param (its path ends at the param's index in the params list, and it
+    has the param's shape, as Adam's ``mu`` and ``nu`` do) is named after the param:
+    ``state/0/mu/dense_1/kernel``, so a distribution's layout map places it like the param.
+    Other leaves are named by their path: ``state/0/count``.
+    """
+    *head, last = path
+    if isinstance(last, jax.tree_util.SequenceKey) and last.idx < len(params):
+        param = params[last.idx]
+        if tuple(jnp.shape(leaf)) == tuple(param.shape):
+            prefix = jax.tree_util.keystr(tuple(head), simple=True, separator="/")
+            return f"state/{prefix}/{param.name}" if prefix else f"state/{param.name}"
     keys = jax.tree_util.keystr(path, simple=True, separator="/")
     return f"state/{keys}" if keys else "state"

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import optax
 
 import jaxkeras as K
 from jaxkeras import distribution as D
+from jaxkeras.optimizers import OptaxOptimizer
 
 MODE = sys.argv[1]
 if MODE == "host":  # CPU devices of several processes talk through gloo
@@ -78,8 +80,9 @@ def convnet(x):
     return K.softmax(K.dot(K.batch_flatten(hidden), w) + b), [k, c, w, b]
 
 
-def train(model, distribution, data) -> dict:
-    """Trains ``model`` for STEPS steps of SGD with momentum under ``distribution``."""
+def train(model, distribution, data, optimizer: str = "momentum") -> dict:
+    """Trains ``model`` for STEPS steps under ``distribution``: SGD with momentum written in K
+    ops, or (``optimizer="optax"``) ``OptaxOptimizer(optax.adam)``."""
     K.clear_session()
     K.set_random_seed(0)
     gc.collect()  # the variables of earlier runs go, so names repeat
@@ -91,11 +94,15 @@ def train(model, distribution, data) -> dict:
         x, t = K.placeholder((None, 64)), K.placeholder((None, 10))
         probs, params = model(x)
         loss = K.mean(K.categorical_crossentropy(t, probs))
-        # named after their variables, so the layout map's regular expressions place them alike
-        velocities = [K.zeros(K.int_shape(p), name=f"{p.name}/velocity") for p in params]
-        updates = []
-        for p, v, g in zip(params, velocities, K.gradients(loss, params)):
-            updates += [K.update(v, 0.9 * v - 0.1 * g), K.update_add(p, 0.9 * v - 0.1 * g)]
+        if optimizer == "optax":  # its slots are named after their params, so placed alike
+            opt = OptaxOptimizer(optax.adam(1e-2))
+            updates = opt.get_updates(loss, params)
+            slots = [v for v in opt.weights if any(v.name.endswith(p.name) for p in params)]
+        else:  # named after their variables, so the layout map's regular expressions place them
+            velocities = [K.zeros(K.int_shape(p), name=f"{p.name}/velocity") for p in params]
+            updates, slots = [], velocities
+            for p, v, g in zip(params, velocities, K.gradients(loss, params)):
+                updates += [K.update(v, 0.9 * v - 0.1 * g), K.update_add(p, 0.9 * v - 0.1 * g)]
         step = K.function([x, t], [loss], updates=updates)
         placed = {plain(n): describe(a) for n, a in K.get_state(params).items()}
         losses = [
@@ -109,6 +116,7 @@ def train(model, distribution, data) -> dict:
             "weights": {plain(p.name): v.tolist() for p, v in zip(params, values)},
             "placed": placed,
             "trained": {plain(n): describe(a) for n, a in state.items()},
+            "slots": {plain(n): describe(a) for n, a in K.get_state(slots).items()},
             "state_matches_value": all(
                 isinstance(v, np.ndarray) and np.array_equal(np.asarray(state[p.name]), v)
                 for p, v in zip(params, values)
@@ -254,6 +262,10 @@ def devices_run(out: str) -> None:
             "data_parallel": train(model, D.DataParallel(), data),
             "model_parallel": train(model, model_parallel(*layouts), data),
         }
+    results["mlp_optax"] = {
+        "single": train(mlp, None, data, "optax"),
+        "model_parallel": train(mlp, model_parallel(*mlp_layouts), data, "optax"),
+    }
     results["random"] = {
         "single": random_draws(None),
         "data_parallel": random_draws(D.DataParallel()),

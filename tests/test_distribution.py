@@ -206,6 +206,17 @@ def test_readme_recipes_run(eight):
     assert readme["kernel"]["shard_shape"] == [64, 8]
 
 
+def test_optax_optimizer_slots_are_placed_like_their_params(eight):
+    single, split = eight["mlp_optax"]["single"], eight["mlp_optax"]["model_parallel"]
+    np.testing.assert_allclose(split["losses"], single["losses"], rtol=1e-5, atol=1e-5)
+    for name, value in single["weights"].items():
+        np.testing.assert_allclose(split["weights"][name], value, rtol=1e-5, atol=1e-5)
+    assert len(split["slots"]) == 8  # Adam's mu and nu of each of the four params
+    for slot, layout in split["slots"].items():
+        (param,) = [p for p in split["trained"] if slot.endswith(p)]
+        assert layout["shard_shape"] == split["trained"][param]["shard_shape"], slot
+
+
 def test_nothing_gathers(eight):
     hlo = eight["hlo"]
     steps = [name for name, text in hlo.items() if "all-reduce(" in text]

@@ -240,6 +240,21 @@ def test_same_params_reuse_the_state_other_params_get_a_fresh_one():
     assert [K.int_shape(s) for s in opt.weights[2:]] == [(3,), (3,)]
 
 
+def test_slots_that_mirror_a_param_are_named_after_it():
+    w = K.variable(np.ones((3, 2)), name="dense/kernel")
+    b = K.variable(np.ones(3), name="dense/bias")  # a (3,) state leaf at index 0 is not b's
+    opt = OptaxOptimizer(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-2)))
+    opt.get_updates(K.sum(K.dot(b, w)), [w, b])
+    assert [v.name for v in opt.weights] == [
+        "optax/iterations",
+        "optax/state/1/0/count",
+        "optax/state/1/0/mu/dense/kernel",
+        "optax/state/1/0/mu/dense/bias",
+        "optax/state/1/0/nu/dense/kernel",
+        "optax/state/1/0/nu/dense/bias",
+    ]
+
+
 def test_weights_round_trip_and_config():
     w = K.variable(np.ones(2))
     opt = OptaxOptimizer(optax.adam(1e-2), name="adam")
