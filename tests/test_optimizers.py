@@ -242,7 +242,7 @@ def test_same_params_reuse_the_state_other_params_get_a_fresh_one():
 
 def test_slots_that_mirror_a_param_are_named_after_it():
     w = K.variable(np.ones((3, 2)), name="dense/kernel")
-    b = K.variable(np.ones(3), name="dense/bias")  # a (3,) state leaf at index 0 is not b's
+    b = K.variable(np.ones(3), name="dense/bias")
     opt = OptaxOptimizer(optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-2)))
     opt.get_updates(K.sum(K.dot(b, w)), [w, b])
     assert [v.name for v in opt.weights] == [
