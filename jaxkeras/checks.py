@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -66,6 +67,28 @@ def check_float(fn: str, arg: str, value: Any, minimum: float | None = None) -> 
     return number
 
 
+def check_numeric(fn: str, arg: str, value: Any) -> Any:
+    """Checks that a tensor argument is a tensor, a number or an array of numbers.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        TypeError: for a string or bytes (also inside a list), or a NumPy array of them.
+    """
+    if _holds_text(value):
+        raise TypeError(f"{fn}: {arg} must be a tensor or a number, got {value!r}")
+    return value
+
+
+def _holds_text(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(map(_holds_text, value))
+    return isinstance(value, (str, bytes)) or (
+        isinstance(value, np.ndarray) and value.dtype.kind in "USO"
+    )
+
+
 def check_bool(fn: str, arg: str, value: Any) -> bool:
     """Returns ``value`` as a bool after checking it is a bool (or 0/1).
 
@@ -75,6 +98,17 @@ def check_bool(fn: str, arg: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)) and not (is_int(value) and value in (0, 1)):
         raise TypeError(f"{fn}: {arg} must be a bool, got {value!r}")
     return bool(value)
+
+
+def check_callable(fn: str, arg: str, value: Any) -> Any:
+    """Checks that ``value`` is callable (a step function, a constraint).
+
+    Raises:
+        TypeError: otherwise.
+    """
+    if not callable(value):
+        raise TypeError(f"{fn}: {arg} must be callable, got {value!r}")
+    return value
 
 
 def check_seed(fn: str, value: Any, arg: str = "seed") -> int | None:
@@ -223,6 +257,25 @@ def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dty
     return standardize_dtype(dtype, arg=arg)
 
 
+def check_integer_tensor(fn: str, arg: str, x: Any) -> Any:
+    """Checks that a tensor argument (or array, list) holds integers.
+
+    Returns:
+        ``x`` unchanged.
+
+    Raises:
+        TypeError: naming its dtype otherwise.
+    """
+    dtype = getattr(x, "dtype", None)  # tensors, arrays, tracers
+    if dtype is None:
+        if any(isinstance(leaf, Node) for leaf in jax.tree_util.tree_leaves(x)):
+            return x  # a list of scalar tensors: checked by the op
+        dtype = np.asarray(x).dtype
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(f"{fn}: {arg} must hold integers, got dtype {dtype}: {x!r}")
+    return x
+
+
 def check_float_dtype(fn: str, dtype: Any) -> str:
     """Like :func:`check_dtype`, also requiring a floating-point dtype.
 
@@ -253,6 +306,26 @@ def broadcastable(shape: Sequence, target: Sequence) -> bool:
     return len(shape) == len(target) and all(
         a is None or b is None or a in (1, b) for a, b in zip(shape, target)
     )
+
+
+def check_broadcastable(fn: str, args: tuple[str, str], a: Any, b: Any) -> None:
+    """Checks that tensors ``a`` and ``b`` broadcast together where their sizes are known.
+
+    Args:
+        args: the two arguments' names, for the message.
+
+    Raises:
+        ValueError: naming both arguments and shapes otherwise.
+    """
+    shape_a, shape_b = static_shape(a), static_shape(b)
+    if shape_a is None or shape_b is None:
+        return
+    for d, e in zip(reversed(shape_a), reversed(shape_b)):
+        if d is not None and e is not None and 1 not in (d, e) and d != e:
+            raise ValueError(
+                f"{fn}: {args[0]} of shape {shape_a} and {args[1]} of shape {shape_b} "
+                "do not broadcast together"
+            )
 
 
 def check_rank(fn: str, arg: str, x: Any, rank: int, layout: str = "") -> tuple:

@@ -216,14 +216,22 @@ class Function:
         outputs, new = self._evaluate(ctx, feeds)
         return _laid_out(outputs, self._updated, new)
 
-    def _compile(self, phase: int) -> Any:
-        compiled = self._compiled.get(phase)
-        if compiled is None:
+    def _compile(self, phase: int, args: tuple) -> Any:
+        """Compiles (traces now, on ``args``) the graph for ``phase``.
 
-            def run(donated, kept, rng, feeds):
-                return self._traced(phase, donated, kept, rng, feeds)
+        The updated variables' buffers are donated, unless the traced graph calls back into
+        Python (``jax.pure_callback``, ``io_callback``, ``jax.debug.callback``, e.g. via
+        ``print_tensor``): such a call can fail while it runs, after donation, and would
+        leave the variables without values. Errors found while tracing change nothing.
+        """
 
-            compiled = self._compiled[phase] = jax.jit(run, donate_argnums=(0,))
+        def run(donated, kept, rng, feeds):
+            return self._traced(phase, donated, kept, rng, feeds)
+
+        compiled = jax.jit(run, donate_argnums=(0,))
+        if self._updated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
+            compiled = jax.jit(run)
+        self._compiled[phase] = compiled
         return compiled
 
     def release(self) -> None:
@@ -265,21 +273,23 @@ class Function:
                 if feeder is not None
             ]
         feeds = _distributed(feeds)
-        compiled = self._compiled.get(phase) or self._compile(phase)
+        compiled = self._compiled.get(phase)
         rng = STORE.take_runs(self._random) if self._random else None
         values = STORE.values
         if self._updated:
             with STORE.lock.write():
-                outputs, new = compiled(
-                    self._get_updated(values), self._get_kept(values), rng, feeds
-                )
+                args = (self._get_updated(values), self._get_kept(values), rng, feeds)
+                compiled = compiled or self._compile(phase, args)
+                outputs, new = compiled(*args)
                 values.update(zip(self._updated, new))
                 outputs = [
                     np.array(o) if isinstance(o, jax.Array) else to_numpy(o) for o in outputs
                 ]
         else:
             with STORE.lock.read():
-                outputs, _ = compiled((), self._get_kept(values), rng, feeds)
+                args = ((), self._get_kept(values), rng, feeds)
+                compiled = compiled or self._compile(phase, args)
+                outputs, _ = compiled(*args)
                 outputs = [
                     np.array(o) if isinstance(o, jax.Array) else to_numpy(o) for o in outputs
                 ]
@@ -321,6 +331,19 @@ def _laid_out(outputs: list, names: list[str], new: dict[str, Any]) -> tuple[lis
             o if graph.is_bcoo(o) else lax.with_sharding_constraint(o, layout) for o in outputs
         ]
     return outputs, values
+
+
+def _calls_back(jaxpr: Any) -> bool:
+    """Whether a jaxpr (or one nested in it: scan, cond, custom derivatives) calls Python."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name.endswith("callback"):
+            return True
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds a Jaxpr
+                if hasattr(inner, "eqns") and _calls_back(inner):
+                    return True
+    return False
 
 
 def _check_phase(value: Any) -> int:
@@ -393,14 +416,25 @@ def gradients(loss: Any, variables: Sequence[Any]) -> list[Any]:
         A list of gradient tensors (or ``None``), one per entry of ``variables``.
 
     Raises:
-        TypeError: for an entry that is not a variable or tensor, or an integer ``loss``.
+        TypeError: for an entry that is not a floating-point variable or tensor, or a
+            ``loss`` that is not floating-point.
     """
     xs = list(variables) if isinstance(variables, (list, tuple)) else [variables]
-    for x in xs:
+    for i, x in enumerate(xs):
         if not isinstance(x, Symbolic):
             raise TypeError(f"gradients: variables must be variables or tensors, got {x!r}")
+        if not jnp.issubdtype(x.dtype, jnp.inexact):
+            raise TypeError(
+                f"gradients: variables[{i}] ({x.name!r}) has dtype {x.dtype}; gradients are "
+                "taken with respect to floating-point tensors only"
+            )
     if not isinstance(loss, Symbolic):
         return [None] * len(xs)
+    if not jnp.issubdtype(loss.dtype, jnp.floating):
+        raise TypeError(
+            f"gradients: loss ({loss.name!r}) has dtype {loss.dtype}; cast it to a "
+            "floating-point type (an integer loss has no gradient)"
+        )
     return graph.gradient_nodes(loss, xs)
 
 
@@ -453,13 +487,20 @@ def eval_with_feeds(fetches: Any, feed_dict: dict) -> Any:
 
     Returns:
         The values in the structure of ``fetches``: NumPy arrays outside a state scope.
+
+    Raises:
+        TypeError: for a key of ``feed_dict`` that is not a tensor, or a feed that cannot be
+            cast to its dtype.
+        ValueError: for a feed whose shape does not fit (as :class:`Function` checks them).
     """
     leaves, treedef = jax.tree_util.tree_flatten(
         fetches, is_leaf=lambda v: isinstance(v, (Symbolic, Update))
     )
     memo = {}
     for p, value in feed_dict.items():
-        memo[p] = np.asarray(value, dtype=p.dtype) if isinstance(p, Symbolic) else value
+        if not isinstance(p, Symbolic):
+            raise TypeError(f"feed_dict keys must be placeholders or tensors, got {p!r}")
+        memo[p] = _Input(p).feed(value)
     updates = [leaf for leaf in leaves if isinstance(leaf, Update)]
     targets = [leaf.payload if isinstance(leaf, Update) else leaf for leaf in leaves]
     scope = graph.active_scope()

@@ -21,6 +21,7 @@ from jax import lax
 from jaxkeras.checks import (
     broadcastable,
     check_axis,
+    check_broadcastable,
     check_data_format,
     check_float,
     check_int,
@@ -31,6 +32,7 @@ from jaxkeras.checks import (
 )
 from jaxkeras.config import epsilon
 from jaxkeras.graph import Symbolic, op
+from jaxkeras.ops_common import widened
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -225,12 +227,17 @@ def _clip_probabilities(p: jax.Array, eps: float) -> jax.Array:
 @op(name="binary_crossentropy")
 def _binary_crossentropy(target: Any, output: Any, from_logits: bool, eps: float) -> Any:
     output = _float_array(output)
+    dtype, output = output.dtype, widened(output)
     target = jnp.asarray(target).astype(output.dtype)
     if from_logits:
-        # max(z, 0) - z * t + log(1 + exp(-|z|)): no overflow for any logit z.
-        return jnp.maximum(output, 0) - output * target + jnp.log1p(jnp.exp(-jnp.abs(output)))
+        # -t log(sigmoid(z)) - (1 - t) log(sigmoid(-z)): no overflow for any logit z, and the
+        # exact gradient sigmoid(z) - t everywhere (also at z = 0)
+        loss = -target * jax.nn.log_sigmoid(output) - (1 - target) * jax.nn.log_sigmoid(-output)
+        return loss.astype(dtype)
     p = _clip_probabilities(output, eps)
-    return -(target * jnp.log(p + eps) + (1 - target) * jnp.log(1 - p + eps))
+    # 1 - p clipped as such: 1 - eps is not a float32, so 1 - clip(p) would lose eps at p = 1
+    not_p = _clip_probabilities(1 - output, eps)
+    return (-(target * jnp.log(p + eps) + (1 - target) * jnp.log(not_p + eps))).astype(dtype)
 
 
 def binary_crossentropy(target: Any, output: Any, from_logits: bool = False) -> Any:
@@ -247,7 +254,11 @@ def binary_crossentropy(target: Any, output: Any, from_logits: bool = False) -> 
 
     Returns:
         A tensor of the broadcast shape of ``target`` and ``output``.
+
+    Raises:
+        ValueError: when the shapes of ``target`` and ``output`` do not broadcast together.
     """
+    check_broadcastable("binary_crossentropy", ("target", "output"), target, output)
     return _binary_crossentropy(target, output, bool(from_logits), epsilon())
 
 
@@ -256,13 +267,14 @@ def _categorical_crossentropy(
     target: Any, output: Any, from_logits: bool, axis: int, eps: float
 ) -> Any:
     output = _float_array(output)
+    dtype, output = output.dtype, widened(output)
     target = jnp.asarray(target).astype(output.dtype)
     if from_logits:
         log_p = jax.nn.log_softmax(output, axis=axis)
     else:
         p = output / jnp.sum(output, axis=axis, keepdims=True)
         log_p = jnp.log(_clip_probabilities(p, eps))
-    return -jnp.sum(target * log_p, axis=axis)
+    return (-jnp.sum(target * log_p, axis=axis)).astype(dtype)
 
 
 def categorical_crossentropy(
@@ -309,6 +321,7 @@ def _sparse_categorical_crossentropy(
     target: Any, output: Any, from_logits: bool, axis: int, eps: float
 ) -> Any:
     output = jnp.moveaxis(_float_array(output), axis, -1)
+    dtype, output = output.dtype, widened(output)
     labels = jnp.asarray(target)
     if not _labels_fit(labels.shape, output.shape[:-1]):
         raise ValueError(
@@ -318,7 +331,7 @@ def _sparse_categorical_crossentropy(
     logits = output if from_logits else jnp.log(_clip_probabilities(output, eps))
     log_p = jax.nn.log_softmax(logits, axis=-1)
     labels = labels.reshape(output.shape[:-1]).astype(jnp.int32)[..., None]
-    return -jnp.take_along_axis(log_p, labels, axis=-1)[..., 0]
+    return (-jnp.take_along_axis(log_p, labels, axis=-1)[..., 0]).astype(dtype)
 
 
 def sparse_categorical_crossentropy(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
+
 from jaxkeras.graph import Node
 
 TensorLike = Any
@@ -26,6 +28,15 @@ def static_shape_of(shape: Any) -> tuple | None:
     if isinstance(shape, Node):
         return None
     return tuple(None if isinstance(d, Node) else d for d in shape)
+
+
+def widened(x: Any) -> Any:
+    """Inside an op body: a 16-bit float array (float16, bfloat16) as float32, else ``x``.
+
+    For sums of squares, logarithms near 0 and epsilons such as ``1e-7``, which overflow,
+    lose all precision or flush to zero in 16 bits; cast the result back to ``x.dtype``.
+    """
+    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
 def concrete_dims(shape: Any) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxkeras.checks import (
     check_dtype,
+    check_numeric,
 )
 from jaxkeras.config import floatx
 from jaxkeras.graph import Symbolic, op
@@ -158,7 +159,9 @@ def round(x: TensorLike) -> TensorLike:
     return jnp.round(x)
 
 
-@op(name="pow")
+_pow = op(lambda x, a: jnp.power(x, a), name="pow")
+
+
 def pow(x: TensorLike, a: TensorLike) -> TensorLike:
     """Element-wise power ``x ** a``.
 
@@ -168,8 +171,11 @@ def pow(x: TensorLike, a: TensorLike) -> TensorLike:
 
     Returns:
         A tensor.
+
+    Raises:
+        TypeError: when ``x`` or ``a`` is not a tensor or a number.
     """
-    return jnp.power(x, a)
+    return _pow(check_numeric("pow", "x", x), check_numeric("pow", "a", a))
 
 
 @op
@@ -308,7 +314,12 @@ def clip(x: TensorLike, min_value: TensorLike, max_value: TensorLike) -> TensorL
 
     Returns:
         A tensor of the dtype of ``x``.
+
+    Raises:
+        TypeError: when a bound is not a tensor, a number or ``None``.
     """
+    check_numeric("clip", "min_value", min_value)
+    check_numeric("clip", "max_value", max_value)
     numbers = (int, float, np.integer, np.floating)
     if isinstance(min_value, numbers) and isinstance(max_value, numbers):
         max_value = max(min_value, max_value)

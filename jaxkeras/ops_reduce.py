@@ -19,6 +19,7 @@ from jaxkeras.graph import dtype_of, op
 from jaxkeras.ops_common import (
     Axes,
     TensorLike,
+    widened,
 )
 from jaxkeras.ops_math import cast
 from jaxkeras.tensors import int_shape, ndim
@@ -304,8 +305,10 @@ def cumprod(x: TensorLike, axis: int = 0) -> TensorLike:
 
 @op(name="l2_normalize")
 def _l2_normalize(x: Any, axis: tuple | None) -> Any:
-    squares = jnp.sum(jnp.square(x), axis=axis, keepdims=True)
-    return x * lax.rsqrt(jnp.maximum(squares, _L2_EPSILON))
+    x = jnp.asarray(x)
+    wide = widened(x)  # in 16 bits, 1e4**2 overflows and 1e-12 flushes to zero
+    squares = jnp.sum(jnp.square(wide), axis=axis, keepdims=True)
+    return (wide * lax.rsqrt(jnp.maximum(squares, _L2_EPSILON))).astype(x.dtype)
 
 
 def l2_normalize(x: TensorLike, axis: Axes = None) -> TensorLike:

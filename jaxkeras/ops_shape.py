@@ -14,6 +14,7 @@ from jaxkeras.checks import (
     check_axes_of,
     check_axis_of,
     check_int,
+    check_integer_tensor,
     check_shape_arg,
 )
 from jaxkeras.config import floatx
@@ -425,10 +426,14 @@ def gather(reference: TensorLike, indices: TensorLike) -> TensorLike:
 
     Returns:
         A tensor of shape ``indices.shape + reference.shape[1:]``.
+
+    Raises:
+        ValueError: when ``reference`` is a scalar.
+        TypeError: when ``indices`` are not integers.
     """
     if ndim(reference) < 1:
         raise ValueError(f"gather: reference must have rank >= 1, got {reference!r}")
-    return _gather(reference, indices)
+    return _gather(reference, check_integer_tensor("gather", "indices", indices))
 
 
 @op(name="one_hot")

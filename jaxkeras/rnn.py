@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxkeras import graph
-from jaxkeras.checks import check_bool, check_dtype
+from jaxkeras.checks import check_bool, check_callable, check_dtype, compatible
 from jaxkeras.graph import Context, Placeholder, Symbolic, dtype_of
 from jaxkeras.state import forbid_updates
 from jaxkeras.tensors import int_shape, ndim
@@ -292,15 +292,17 @@ def _check_inputs(inputs: Any, time_axis: int, unroll: bool) -> None:
         raise ValueError(f"rnn: inputs have no time steps (shape {int_shape(leaves[0])})")
 
 
-def _check_mask(mask: Any, states: list) -> None:
+def _check_mask(mask: Any, states: list, inputs: Any, time_major: bool) -> None:
     if mask is None:
         return
     if not _flatten(states)[0]:
         raise ValueError("rnn: a mask needs at least one state (initial_states is empty)")
-    if ndim(mask) < 2:
+    layout = "(time, samples)" if time_major else "(samples, time)"
+    expected = int_shape(_flatten(inputs)[0][0])[:2]
+    if ndim(mask) < 2 or not compatible(int_shape(mask)[:2], expected):
         raise ValueError(
-            f"rnn: mask must have shape (samples, time) or (samples, time, 1), got shape "
-            f"{int_shape(mask)}"
+            f"rnn: mask must have shape {layout} or {layout[:-1]}, 1) matching inputs "
+            f"{expected}, got shape {int_shape(mask)}"
         )
 
 
@@ -383,10 +385,11 @@ def rnn(
             (return_all_outputs, "return_all_outputs"),
         ]
     )
+    check_callable("rnn", "step_function", step_function)
     time_axis = 0 if time_major else 1
     _check_inputs(inputs, time_axis, unroll)
     states = list(initial_states) if isinstance(initial_states, (list, tuple)) else [initial_states]
-    _check_mask(mask, states)
+    _check_mask(mask, states, inputs, time_major)
     constants = list(constants or [])
 
     def traced(input_t, states_t):
@@ -459,6 +462,7 @@ def map_fn(fn: Callable, elems: Any, name: str | None = None, dtype: Any = None)
                [ 4.,  6.],
                [ 8., 10.]], dtype=float32)
     """
+    check_callable("map_fn", "fn", fn)
     _check_elems(elems, "map_fn")
     dtype = None if dtype is None else check_dtype("map_fn", dtype)
     step = StepGraph(fn, [_per_step(elems, 0, "map_fn/elem")], "map_fn")
@@ -481,6 +485,7 @@ def _fold_body(elems, initializer, captured, *, step, reverse):
 
 
 def _fold(fn: Callable, elems: Any, initializer: Any, reverse: bool, owner: str) -> Any:
+    check_callable(owner, "fn", fn)
     _check_elems(elems, owner)
     if initializer is None:
         acc = _per_step(elems, 0, f"{owner}/acc")

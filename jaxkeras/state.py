@@ -246,7 +246,7 @@ def set_random_seed(seed: int) -> None:
     STORE.set_rng_state({"seed": seed, "draws": 0, "runs": []})
 
 
-def _copy_to_device(value: Any, dtype: str) -> Any:
+def _copy_to_device(value: Any, dtype: str, fn: str = "variable") -> Any:
     if isinstance(value, jax.core.Tracer):
         raise ValueError(
             "cannot write a traced value into the variable store: inside jax.jit/vmap/grad, "
@@ -258,7 +258,17 @@ def _copy_to_device(value: Any, dtype: str) -> Any:
     if graph.is_bcoo(value):
         parts = (jnp.array(value.data, dtype=dtype, copy=True), jnp.array(value.indices, copy=True))
         return sparse.BCOO(parts, shape=value.shape)
-    return jnp.array(np.asarray(value), dtype=dtype, copy=True)
+    array = _as_array(value, fn)
+    if array.dtype.kind in "USO":  # strings, objects: no number to store
+        raise TypeError(f"{fn}: value must hold numbers, got dtype {array.dtype}: {value!r}")
+    return jnp.array(array, dtype=dtype, copy=True)
+
+
+def _as_array(value: Any, fn: str) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as err:  # ragged nested lists
+        raise TypeError(f"{fn}: value cannot be read as an array ({err}): {value!r}") from None
 
 
 def _device_copy(value: Any) -> Any:
@@ -499,11 +509,11 @@ def batch_get_value(xs: Sequence[Any]) -> list[np.ndarray]:
 def _checked_value(x: Variable, value: Any, fn: str) -> Any:
     value = _value_of(value)
     if not (isinstance(value, jax.core.Tracer) or hasattr(value, "tocoo") or graph.is_bcoo(value)):
-        value = np.asarray(value)
+        value = _as_array(value, fn)
     check_fits(fn, "value", tuple(value.shape), x)
     if x._sparse and isinstance(value, np.ndarray):
         value = sparse.BCOO.fromdense(value)  # a sparse variable stays sparse
-    return place_like(_copy_to_device(value, x.dtype), STORE.values.get(x.name))
+    return place_like(_copy_to_device(value, x.dtype, fn), STORE.values.get(x.name))
 
 
 def set_value(x: Variable, value: Any) -> None:

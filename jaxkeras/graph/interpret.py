@@ -55,6 +55,8 @@ def evaluate(
 
     Raises:
         ValueError: naming the placeholders the values need that ``memo`` does not feed.
+        TypeError, ValueError: from a node that fails on the values it gets (e.g. shapes
+            that only meet at run time), with the node's name and its inputs' shapes added.
     """
     memo = {} if memo is None else memo
     order = topological_order(outputs, ctx, memo)
@@ -69,11 +71,23 @@ def evaluate(
         for node in order:
             if node in memo:  # filled in meanwhile by a gradient node's replay
                 continue
-            value = node._compute(ctx, memo)
+            try:
+                value = node._compute(ctx, memo)
+            except (TypeError, ValueError) as err:
+                if type(err) not in (TypeError, ValueError):  # JAX's own kinds pass as they are
+                    raise
+                raise type(err)(f"{_describe(node, ctx, memo)}: {err}") from err
             if perturb and node in perturb:
                 value = value + perturb[node]
             memo[node] = value
     return [memo[o] if isinstance(o, Node) else o for o in outputs]
+
+
+def _describe(node: Node, ctx: Context, memo: dict) -> str:
+    """Names a node that failed at run time, with the shapes of its inputs (message prefix)."""
+    shapes = [tuple(memo[d].shape) for d in node._deps(ctx) if hasattr(memo.get(d), "shape")]
+    listed = ", ".join(map(str, shapes))
+    return f"{node.name} (inputs of shapes {listed})" if shapes else node.name
 
 
 def evaluate_now(x: Any) -> Any:
