@@ -72,6 +72,34 @@ def test_readers_never_see_a_torn_or_donated_state():
     assert K.get_value(a) == K.get_value(b) == 2000
 
 
+def test_a_large_variable_is_never_read_torn():
+    # Whole-array writes (compiled updates, set_value) against readers of every element: a
+    # reader sees one write or the next, never a mix, and never a donated buffer.
+    v = K.variable(np.zeros(200_000))
+    bump = K.function([], [], updates=[K.update(v, v + 1.0)])
+    stop = threading.Event()
+
+    def writer():
+        for i in range(300):
+            bump([])
+            if i % 10 == 0:
+                K.set_value(v, np.full(200_000, float(i + 1)))
+        stop.set()
+
+    def reader(_):
+        while not stop.is_set():
+            a = K.get_value(v)
+            assert np.all(a == a[0])
+            (b,) = K.batch_get_value([v])
+            assert np.all(b == b[0])
+
+    writer_thread = threading.Thread(target=writer)
+    writer_thread.start()
+    run_threads(reader, n=3)
+    writer_thread.join()
+    assert np.all(K.get_value(v) == 300.0)  # the last set_value (i=290 -> 291) and 9 bumps
+
+
 def test_eval_of_updates_and_set_value_from_threads():
     total = K.variable(0.0)
     own = [K.variable(0.0) for _ in range(THREADS)]

@@ -1,0 +1,103 @@
+"""Threads: throughput of a compiled K.function called from 4 threads against 1 thread.
+
+A function without updates only reads the variable store, so calls from several threads run
+concurrently (they share the store's lock); a function with updates holds the lock exclusively
+from reading the state to committing it, so its calls take turns (and lose no update). The
+work per call is a moderately sized matmul, ``tanh(x @ w)`` with ``x`` of shape (128, 512) and
+``w`` of shape (512, 512), so that a call is not all Python overhead. Each variant runs for
+``--seconds`` after a warm-up call; the script prints calls per second and the ratio
+(4 threads / 1 thread). XLA may use several cores inside one call too, so the ratio is bounded
+by the cores the calls do not already use.
+
+Run: ``python benchmarks/bench_threads.py [--seconds S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+
+import jax
+import numpy as np
+
+import jaxkeras as K
+
+BATCH, WIDTH = 128, 512
+
+
+def make_functions() -> tuple[K.Function, K.Function, np.ndarray, K.Variable]:
+    """The read-only function, the updating one, a feed, and the updated counter."""
+    rng = np.random.default_rng(0)
+    w = K.variable(rng.normal(0, 0.05, (WIDTH, WIDTH)), name="w")
+    calls = K.variable(0.0, name="calls")
+    x = K.placeholder((BATCH, WIDTH))
+    y = K.sum(K.tanh(K.dot(x, w)))
+    read_only = K.function([x], [y])
+    updating = K.function([x], [y], updates=[K.update_add(calls, 1.0)])
+    feed = rng.normal(size=(BATCH, WIDTH)).astype(np.float32)
+    return read_only, updating, feed, calls
+
+
+def throughput(f: K.Function, feed: np.ndarray, threads: int, seconds: float) -> tuple[float, int]:
+    """Calls per second of ``f([feed])`` from ``threads`` threads for ``seconds``.
+
+    Returns:
+        ``(calls per second, total calls)``.
+    """
+    counts = [0] * threads
+    start = threading.Barrier(threads + 1)
+    deadline = [0.0]
+
+    def work(i: int) -> None:
+        start.wait()
+        n = 0
+        while time.perf_counter() < deadline[0]:
+            f([feed])
+            n += 1
+        counts[i] = n
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    began = time.perf_counter()
+    deadline[0] = began + seconds
+    start.wait()
+    for t in workers:
+        t.join()
+    elapsed = time.perf_counter() - began
+    return sum(counts) / elapsed, sum(counts)
+
+
+def main(argv: list[str] | None = None) -> list[tuple[str, float, str]]:
+    """Runs the benchmark, prints it, and returns rows ``(figure, value, goal)``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="time per variant")
+    args = parser.parse_args(argv)
+    read_only, updating, feed, calls = make_functions()
+    for f in (read_only, updating):
+        f([feed])  # compile outside the timings
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({os.cpu_count()} cores); "
+        f"tanh(x @ w), x {BATCH}x{WIDTH}, w {WIDTH}x{WIDTH}; {args.seconds:g} s per variant"
+    )
+    rows = []
+    for label, f, goal in [
+        ("read-only K.function", read_only, "> 1.5 (calls run concurrently)"),
+        ("K.function with updates", updating, "about 1 (calls take turns)"),
+    ]:
+        before = float(K.get_value(calls))
+        one, n_one = throughput(f, feed, 1, args.seconds)
+        four, n_four = throughput(f, feed, 4, args.seconds)
+        if f is updating:  # every call's update was committed
+            assert float(K.get_value(calls)) - before == n_one + n_four
+        print(f"{label:26s} 1 thread {one:9.1f} calls/s   4 threads {four:9.1f} calls/s")
+        rows.append((f"threads: {label}, 4 threads / 1 thread throughput", four / one, goal))
+    for figure, value, goal in rows:
+        print(f"{figure}: {value:.2f} (goal {goal})")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
