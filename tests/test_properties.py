@@ -5,10 +5,10 @@ dot, batch_dot, clip and switch. Each example checks a family of ops against Num
 eagerly, through K.function on placeholders with an unknown first dimension, on variables,
 and under jax.jit (tests/helpers.py: check_op), in one compiled function per way."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.special as sp
-from helpers import check_op
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -19,6 +19,36 @@ QUARTERS = st.integers(-16, 16).map(lambda v: v / 4)  # exact in every float typ
 SMALL_INTS = st.integers(-3, 3)
 # rtol = atol for results compared with float64 on the same inputs (a few roundings each)
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def check_op(op, reference, inputs, rtol=1e-5, atol=1e-6, batch_none=True):
+    """Asserts that ``op`` (a function of tensors returning a list) agrees with ``reference``
+    eagerly, through K.function on placeholders and under jax.jit, and that the static shapes
+    it infers fit the values (a lighter tests/helpers.check_op: no per-output K.eval)."""
+    expected = reference(*inputs)
+    placeholders = [
+        K.placeholder(
+            (None, *a.shape[1:]) if batch_none and a.ndim else a.shape, dtype=a.dtype.name
+        )
+        for a in inputs
+    ]
+    symbolic = op(*placeholders)
+    ways = {
+        "eager": op(*inputs),
+        "function": K.function(placeholders, symbolic)(list(inputs)),
+        "jit": jax.jit(op)(*inputs),
+    }
+    for way, values in ways.items():
+        for i, (value, want) in enumerate(zip(values, expected, strict=True)):
+            value = np.asarray(value)
+            assert value.shape == np.shape(want), (way, i, value.shape, np.shape(want))
+            np.testing.assert_allclose(
+                value.astype(np.float64), want, rtol=rtol, atol=atol, err_msg=f"{way} {i}"
+            )
+    for i, (tensor, want) in enumerate(zip(symbolic, expected)):
+        shape = K.int_shape(tensor)
+        assert len(shape) == np.ndim(want), (i, shape, np.shape(want))
+        assert all(d is None or d == n for d, n in zip(shape, np.shape(want))), (i, shape)
 
 
 def _array(draw, shape, dtype):
@@ -200,7 +230,12 @@ def dot_cases(draw):
 @given(dot_cases())
 def test_dot_matches_numpy_dot(case):
     x, y = case
-    check_op(K.dot, lambda a, b: np.dot(a.astype(np.float64), b), [x, y], batch_none=False)
+    check_op(
+        lambda a, b: [K.dot(a, b)],
+        lambda a, b: [np.dot(a.astype(np.float64), b)],
+        [x, y],
+        batch_none=False,
+    )
 
 
 def _np_batch_dot(x, y, axes):
@@ -231,8 +266,8 @@ def batch_dot_cases(draw):
 def test_batch_dot_matches_per_sample_tensordot(case):
     x, y, axes = case
     check_op(
-        lambda a, b: K.batch_dot(a, b, axes),
-        lambda a, b: _np_batch_dot(a.astype(np.float64), b, axes),
+        lambda a, b: [K.batch_dot(a, b, axes)],
+        lambda a, b: [_np_batch_dot(a.astype(np.float64), b, axes)],
         [x, y],
     )
 
@@ -256,7 +291,7 @@ def test_clip_matches_numpy(case):
     if low is not None and high is not None:
         high = max(low, high)  # Keras: a maximum below the minimum is raised to it
     expected = np.clip(x, low, high) if (low, high) != (None, None) else x
-    check_op(lambda a: K.clip(a, low, high), lambda a: expected, [x])
+    check_op(lambda a: [K.clip(a, low, high)], lambda a: [expected], [x])
     assert K.dtype(K.clip(K.placeholder(x.shape, dtype=x.dtype.name), low, high)) == x.dtype.name
 
 
@@ -274,11 +309,7 @@ def test_switch_selects_per_leading_entry_like_where(case):
     condition, x, y = case
     expanded = condition.reshape(condition.shape + (1,) * (x.ndim - condition.ndim))
     check_op(
-        lambda c, a, b: K.switch(c, a, b),
-        lambda c, a, b: np.where(expanded, a, b),
-        [
-            condition,
-            x,
-            y,
-        ],
+        lambda c, a, b: [K.switch(c, a, b)],
+        lambda c, a, b: [np.where(expanded, a, b)],
+        [condition, x, y],
     )
