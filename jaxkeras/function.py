@@ -59,6 +59,7 @@ class _Input:
         self.dtype = np.dtype(tensor.dtype)
         self.shape = tensor.shape
         self.sparse = isinstance(tensor, Placeholder) and tensor._sparse
+        self._fits: tuple | None = None  # the last shape that passed the check
 
     def feed(self, value: Any) -> Any:
         """Returns ``value`` as an array of this input's dtype, checked against its shape.
@@ -70,6 +71,8 @@ class _Input:
         """
         if self.sparse:
             return to_sparse_value(value, self.tensor.dtype)
+        if type(value) in _ARRAY_TYPES and value.dtype == self.dtype and value.shape == self._fits:
+            return value
         if isinstance(value, (np.ndarray, jax.Array)) and value.dtype == self.dtype:
             array = value
         else:
@@ -83,6 +86,7 @@ class _Input:
                 f"feed for {self.name!r} has shape {tuple(shape)}, but {self.name!r} "
                 f"has shape {expected}"
             )
+        self._fits = shape
         return array
 
     def _cast(self, value: Any) -> np.ndarray:
@@ -148,11 +152,12 @@ class Function:
         self._updated = list(dict.fromkeys(u.variable.name for u in self.updates))
         self._kept = sorted(read.difference(self._updated))
         self.variable_names = sorted(read.union(self._updated))
-        self._get_updated = _getter(self._updated)
         self._get_kept = _getter(self._kept)
+        self._get_state = _getter(self._updated + self._kept)
         self._scalars = any(not s for s in map(graph.static_shape, self.outputs))
         self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
         self._random = graph.random_nodes(roots)
+        self._n_outputs = len(self.outputs)
         self.trace_count = 0
         self._compiled: dict[int, Any] = {}
         _FUNCTIONS.add(self)
@@ -219,16 +224,25 @@ class Function:
     def _compile(self, phase: int, args: tuple) -> Any:
         """Compiles (traces now, on ``args``) the graph for ``phase``.
 
-        The updated variables' buffers are donated, unless the traced graph calls back into
-        Python (``jax.pure_callback``, ``io_callback``, ``jax.debug.callback``, e.g. via
-        ``print_tensor``): such a call can fail while it runs, after donation, and would
-        leave the variables without values. Errors found while tracing change nothing.
+        The compiled function takes flat positional arguments (the updated variables' values,
+        donated; the read-only ones; the random-run table when the graph draws; the feeds) and
+        returns a flat tuple (outputs, then new values), which is what JAX's C++ dispatch
+        handles fastest. The updated variables' buffers are donated, unless the traced graph
+        calls back into Python (``jax.pure_callback``, ``io_callback``, ``jax.debug.callback``,
+        e.g. via ``print_tensor``): such a call can fail while it runs, after donation, and
+        would leave the variables without values. Errors found while tracing change nothing.
         """
+        n_up, n_kept, n_rng = len(self._updated), len(self._kept), int(bool(self._random))
+        first_feed = n_up + n_kept + n_rng
 
-        def run(donated, kept, rng, feeds):
-            return self._traced(phase, donated, kept, rng, feeds)
+        def run(*flat):
+            rng = flat[first_feed - 1] if n_rng else None
+            outputs, new = self._traced(
+                phase, flat[:n_up], flat[n_up : n_up + n_kept], rng, flat[first_feed:]
+            )
+            return (*outputs, *new)
 
-        compiled = jax.jit(run, donate_argnums=(0,))
+        compiled = jax.jit(run, donate_argnums=tuple(range(n_up)))
         if self._updated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
             compiled = jax.jit(run)
         self._compiled[phase] = compiled
@@ -244,6 +258,41 @@ class Function:
 
     # calling -----------------------------------------------------------------------------------
 
+    def _feeds(self, inputs: Sequence[Any]) -> tuple[int, list]:
+        """Returns the learning phase and the checked feeds for a call on ``inputs``, placed by
+        the distribution in effect."""
+        if type(inputs) not in (list, tuple):
+            inputs = [inputs] if len(self.inputs) == 1 else inputs
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self.inputs):
+            raise ValueError(
+                f"function expects a list of {len(self.inputs)} values "
+                f"(for {[x.name for x in self.inputs]}), got {inputs!r}"
+            )
+        if self._phase_at is None:
+            phase = PHASE.value or 0
+            feeds = [f.feed(v) for f, v in zip(self._feeders, inputs)]
+        else:
+            phase = _check_phase(inputs[self._phase_at])
+            feeds = [f.feed(v) for f, v in zip(self._feeders, inputs) if f is not None]
+        return phase, _distributed(feeds)
+
+    def lower(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
+        """Lowers the compiled function for ``inputs`` without running it (to inspect its HLO,
+        its cost or its memory: ``f.lower(inputs).compile().memory_analysis()``).
+
+        Args:
+            inputs: one value per input tensor, as for a call.
+
+        Returns:
+            JAX's ``Lowered`` object.
+        """
+        phase, feeds = self._feeds(inputs)
+        rng = (np.zeros(len(self._random) + 1, np.uint32),) if self._random else ()
+        with STORE.lock.read():
+            args = (*self._get_state(STORE.values), *rng, *feeds)
+            compiled = self._compiled.get(phase) or self._compile(phase, args)
+            return compiled.lower(*args)
+
     def __call__(self, inputs: Sequence[Any]) -> Any:
         """Runs the graph on ``inputs`` (one value per input tensor, in order).
 
@@ -255,47 +304,42 @@ class Function:
                 learning-phase feed other than 0 or 1.
             TypeError: for a feed that cannot be cast to its input's dtype.
         """
-        if type(inputs) not in (list, tuple):
-            inputs = [inputs] if len(self.inputs) == 1 else inputs
-        if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self.inputs):
-            raise ValueError(
-                f"function expects a list of {len(self.inputs)} values "
-                f"(for {[x.name for x in self.inputs]}), got {inputs!r}"
-            )
-        if self._phase_at is None:
-            phase = PHASE.value or 0
-            feeds = [feeder.feed(value) for feeder, value in zip(self._feeders, inputs)]
-        else:
-            phase = _check_phase(inputs[self._phase_at])
-            feeds = [
-                feeder.feed(value)
-                for feeder, value in zip(self._feeders, inputs)
-                if feeder is not None
-            ]
-        feeds = _distributed(feeds)
+        phase, feeds = self._feeds(inputs)
         compiled = self._compiled.get(phase)
-        rng = STORE.take_runs(self._random) if self._random else None
+        if self._random:
+            feeds.insert(0, STORE.take_runs(self._random))
         values = STORE.values
+        lock = STORE.lock
         if self._updated:
-            with STORE.lock.write():
-                args = (self._get_updated(values), self._get_kept(values), rng, feeds)
+            lock.acquire_write()
+            try:
+                args = (*self._get_state(values), *feeds)
                 compiled = compiled or self._compile(phase, args)
-                outputs, new = compiled(*args)
-                values.update(zip(self._updated, new))
-                outputs = [
-                    np.array(o) if isinstance(o, jax.Array) else to_numpy(o) for o in outputs
-                ]
+                results = compiled(*args)
+                values.update(zip(self._updated, results[self._n_outputs :]))
+                outputs = list(map(_to_numpy, results[: self._n_outputs]))
+            finally:
+                lock.release_write()
         else:
-            with STORE.lock.read():
-                args = ((), self._get_kept(values), rng, feeds)
+            lock.acquire_read()
+            try:
+                args = (*self._get_kept(values), *feeds)
                 compiled = compiled or self._compile(phase, args)
-                outputs, _ = compiled(*args)
-                outputs = [
-                    np.array(o) if isinstance(o, jax.Array) else to_numpy(o) for o in outputs
-                ]
+                outputs = list(map(_to_numpy, compiled(*args)))
+            finally:
+                lock.release_read()
         if self._scalars:
             outputs = [o[()] if o.ndim == 0 else o for o in outputs]
         return outputs[0] if self._single else outputs
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    """A NumPy copy of an output (writable, owning its data, as Keras 2 returned them)."""
+    return np.array(value) if type(value) is _ARRAY_TYPE else to_numpy(value)
+
+
+_ARRAY_TYPE = type(jnp.zeros(()))
+_ARRAY_TYPES = (np.ndarray, _ARRAY_TYPE)
 
 
 def _getter(names: list[str]) -> Any:

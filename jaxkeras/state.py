@@ -47,8 +47,8 @@ class RWLock:
         self._writer: int | None = None
         self._depth = 0
         self._local = threading.local()
-        self._shared = _Held(self._acquire_read, self._release_read)
-        self._exclusive = _Held(self._acquire_write, self._release_write)
+        self._shared = _Held(self.acquire_read, self.release_read)
+        self._exclusive = _Held(self.acquire_write, self.release_write)
 
     def read(self) -> _Held:
         """Returns the context manager that holds the lock shared."""
@@ -59,7 +59,9 @@ class RWLock:
         ``RuntimeError`` on entry when this thread holds it shared: it would wait for itself)."""
         return self._exclusive
 
-    def _acquire_read(self) -> None:
+    def acquire_read(self) -> None:
+        """Holds the lock shared (prefer ``with lock.read():``; a hot path may pair this with
+        :meth:`release_read` in ``try``/``finally``)."""
         local = self._local
         depth = getattr(local, "reads", 0)
         if depth or self._writer == threading.get_ident():
@@ -70,14 +72,16 @@ class RWLock:
                 self._readers += 1
         local.reads = depth + 1
 
-    def _release_read(self) -> None:
+    def release_read(self) -> None:
+        """Releases a shared hold."""
         self._local.reads -= 1
         with self._count:
             self._readers -= 1
             if not self._readers:
                 self._drained.notify_all()
 
-    def _acquire_write(self) -> None:
+    def acquire_write(self) -> None:
+        """Holds the lock exclusively (see :meth:`write`)."""
         me = threading.get_ident()
         if self._writer == me:
             self._depth += 1
@@ -85,12 +89,14 @@ class RWLock:
         if getattr(self._local, "reads", 0):
             raise RuntimeError("a thread that reads the variable store cannot write it")
         self._gate.acquire()
-        with self._count:
-            while self._readers:
-                self._drained.wait()
+        if self._readers:  # holding the gate, only readers already inside can be counted
+            with self._count:
+                while self._readers:
+                    self._drained.wait()
         self._writer, self._depth = me, 1
 
-    def _release_write(self) -> None:
+    def release_write(self) -> None:
+        """Releases an exclusive hold."""
         self._depth -= 1
         if not self._depth:
             self._writer = None

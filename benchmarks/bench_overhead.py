@@ -1,0 +1,212 @@
+"""Per-call overhead of ``K.function`` and of eager ops, against plain JAX with the same contract.
+
+Four figures, each a ratio measured in one run with the calls of both sides interleaved (CPU
+time of the process, steadier than wall time on a shared machine):
+
+1. a tiny compiled function (a 4x4 dot and one update, NumPy in, NumPy out) against a
+   ``jax.jit`` function that donates the state the same way and converts the same;
+2. eager ``K.sum(K.square(x) + 1)`` on a ``jax.Array`` against the same ``jax.numpy`` code;
+3. a function with 10, 100 and 1,000 variables (each updated) against ``jax.jit`` on a list of
+   as many donated arrays, and the cost per variable (the slope from 10 to 1,000);
+4. the memory a compiled train step needs (XLA's buffer assignment: arguments + outputs -
+   donated aliases + temporaries) against the hand-written step with the state donated.
+
+Run: ``python benchmarks/bench_overhead.py [--quick]``, or through ``benchmarks/run_all.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxkeras as K
+
+try:
+    from benchmarks.common import Row, interleaved, markdown_table, ratio_row
+except ImportError:  # run as a script
+    from common import Row, interleaved, markdown_table, ratio_row
+
+
+def call_overhead(rounds: int, number: int) -> Row:
+    """A 4x4 dot plus one update: ``K.function`` against ``jax.jit`` with donation."""
+    x = K.placeholder((4, 4))
+    w = K.variable(np.eye(4, dtype=np.float32))
+    f = K.function([x], [K.dot(x, w)], updates=[K.update_add(w, x)])
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(w, x):
+        return w + x, x @ w
+
+    state = {"w": jnp.eye(4, dtype=jnp.float32)}
+
+    def by_hand(value):
+        state["w"], out = step(state["w"], np.asarray(value, np.float32))
+        return [np.array(out)]
+
+    value = np.full((4, 4), 0.5, np.float32)
+    times = interleaved(
+        {"K": lambda: f([value]), "jax": lambda: by_hand(value)}, rounds, number, clock="cpu"
+    )
+    return ratio_row(
+        "tiny `K.function` call (4x4 dot + 1 update, NumPy in/out)",
+        times["K"],
+        times["jax"],
+        1.3,
+        "vs `jax.jit`, same contract and donation",
+    )
+
+
+def eager_overhead(rounds: int, number: int) -> Row:
+    """``K.sum(K.square(x) + 1)`` against ``jnp.sum(jnp.square(x) + 1)`` on a ``jax.Array``."""
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8)), jnp.float32)
+    np.testing.assert_allclose(K.sum(K.square(x) + 1), jnp.sum(jnp.square(x) + 1))
+    times = interleaved(
+        {
+            "K": lambda: K.sum(K.square(x) + 1).block_until_ready(),
+            "jnp": lambda: jnp.sum(jnp.square(x) + 1).block_until_ready(),
+        },
+        rounds,
+        number,
+        clock="cpu",
+    )
+    return ratio_row(
+        "eager `K.sum(K.square(x) + 1)`, 8x8 `jax.Array`",
+        times["K"],
+        times["jnp"],
+        1.1,
+        "vs the same `jax.numpy`",
+    )
+
+
+def _many_variables(n: int):
+    """``K.function`` and a ``jax.jit`` step over ``n`` variables, each incremented."""
+    variables = [K.variable(np.zeros(4, np.float32)) for _ in range(n)]
+    f = K.function([], [variables[0]], updates=[K.update_add(v, 1.0) for v in variables])
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(values):
+        return [v + 1.0 for v in values], values[0]
+
+    state = {"v": [jnp.zeros(4, jnp.float32) for _ in range(n)]}
+
+    def by_hand():
+        state["v"], out = step(state["v"])
+        return [np.array(out)]
+
+    return (lambda: f([])), by_hand
+
+
+def variable_scaling(rounds: int, number: int) -> list[Row]:
+    """Per-call cost with 10, 100 and 1,000 variables, and the cost per variable."""
+    counts = (10, 100, 1000)
+    fns = {}
+    for n in counts:
+        fns[f"K{n}"], fns[f"jax{n}"] = _many_variables(n)
+    times = interleaved(fns, rounds, number, clock="cpu")
+    rows = [
+        ratio_row(
+            f"`K.function` call, {n} variables updated",
+            times[f"K{n}"],
+            times[f"jax{n}"],
+            None,
+            "vs `jax.jit` on a donated list",
+        )
+        for n in counts
+    ]
+    span = counts[-1] - counts[0]
+    ours = [(b - a) / span for a, b in zip(times["K10"], times["K1000"])]
+    ref = [(b - a) / span for a, b in zip(times["jax10"], times["jax1000"])]
+    slope, ref_slope = float(np.median(ours)) * 1e6, float(np.median(ref)) * 1e6
+    rows.append(
+        Row(
+            "per-call cost per variable (slope 10 → 1,000)",
+            f"{slope:.2f} µs",
+            f"{ref_slope:.2f} µs",
+            [a / b for a, b in zip(ours, ref)],
+            note="goal: linear, ≤ 0.5 µs per variable (jaxkeras' slope)",
+            verdict="yes" if slope <= 0.5 else "**no**",
+        )
+    )
+    return rows
+
+
+def _peak_bytes(compiled) -> int:
+    """Arguments + outputs - donated aliases + temporaries of a compiled executable."""
+    m = compiled.memory_analysis()
+    return (
+        m.argument_size_in_bytes
+        + m.output_size_in_bytes
+        - m.alias_size_in_bytes
+        + m.temp_size_in_bytes
+    )
+
+
+def train_step_memory() -> Row:
+    """XLA's buffer sizes of an MLP SGD step: ``K.function`` against hand-written, donated."""
+    rng = np.random.default_rng(0)
+    sizes = [256, 512, 512, 512, 10]
+    weights = [rng.normal(0, 0.05, (a, b)).astype(np.float32) for a, b in itertools.pairwise(sizes)]
+    batch = 128
+    xv = rng.normal(size=(batch, sizes[0])).astype(np.float32)
+    yv = rng.normal(size=(batch, sizes[-1])).astype(np.float32)
+
+    def forward(ws, x, dot, tanh):
+        for w in ws[:-1]:
+            x = tanh(dot(x, w))
+        return dot(x, ws[-1])
+
+    vs = [K.variable(w) for w in weights]
+    x, y = K.placeholder((batch, sizes[0])), K.placeholder((batch, sizes[-1]))
+    loss = K.mean(K.square(forward(vs, x, K.dot, K.tanh) - y))
+    grads = K.gradients(loss, vs)
+    f = K.function([x, y], [loss], updates=[K.update(v, v - 0.01 * g) for v, g in zip(vs, grads)])
+    f([xv, yv])
+    ours = _peak_bytes(f.lower([xv, yv]).compile())
+
+    def hand_loss(ws, x, y):
+        return jnp.mean(jnp.square(forward(ws, x, jnp.dot, jnp.tanh) - y))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(ws, x, y):
+        loss, grads = jax.value_and_grad(hand_loss)(ws, x, y)
+        return [w - 0.01 * g for w, g in zip(ws, grads)], loss
+
+    theirs = _peak_bytes(step.lower([jnp.asarray(w) for w in weights], xv, yv).compile())
+    return Row(
+        "train step memory (MLP 256-512-512-512-10, batch 128, SGD)",
+        f"{ours / 2**20:.2f} MiB",
+        f"{theirs / 2**20:.2f} MiB",
+        [ours / theirs],
+        1.05,
+        "vs hand-written `jax.jit`, state donated; XLA buffer assignment",
+    )
+
+
+def main(quick: bool = False) -> list[Row]:
+    """Measures every figure of this module.
+
+    Args:
+        quick: fewer repetitions.
+
+    Returns:
+        The rows of the results table.
+    """
+    rounds = 9 if quick else 21
+    rows = [
+        call_overhead(rounds, 300 if quick else 1000),
+        eager_overhead(rounds, 200 if quick else 500),
+    ]
+    rows += variable_scaling(rounds, 20 if quick else 50)
+    rows.append(train_step_memory())
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    print(markdown_table(main(parser.parse_args().quick)))

@@ -1,0 +1,164 @@
+"""What every benchmark module shares: interleaved timing and the rows of the results table.
+
+Each module's ``main(quick)`` returns a list of :class:`Row`; ``benchmarks/run_all.py`` prints
+them as one markdown table. A row compares jaxkeras with a reference measured in the same run
+(calls of the two interleaved, so that load from other processes falls on both alike): its
+ratio is jaxkeras' time (or bytes) over the reference's, one ratio per repetition, reported as
+the median with the minimum and maximum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Row:
+    """One figure of the results table.
+
+    Attributes:
+        figure: what is measured.
+        ours: jaxkeras' median, formatted with its unit.
+        reference: the reference's median, formatted.
+        ratios: one ratio (ours over reference) per repetition.
+        goal: the largest acceptable median ratio, or ``None`` where there is no goal.
+        note: what the reference is, sizes, caveats.
+        verdict: overrides :meth:`met` where the goal is not a ratio (e.g. µs per variable).
+    """
+
+    figure: str
+    ours: str
+    reference: str
+    ratios: Sequence[float]
+    goal: float | None = None
+    note: str = ""
+    verdict: str | None = None
+
+    @property
+    def ratio(self) -> float:
+        """The median ratio."""
+        return float(np.median(self.ratios))
+
+    def met(self) -> str:
+        """``'yes'``/``'no'`` against the goal, ``''`` without one."""
+        if self.verdict is not None:
+            return self.verdict
+        if self.goal is None:
+            return ""
+        return "yes" if self.ratio <= self.goal else "**no**"
+
+    def cells(self) -> list[str]:
+        """The row's markdown cells."""
+        low, high = min(self.ratios), max(self.ratios)
+        spread = f" ({low:.2f}-{high:.2f})" if len(self.ratios) > 1 else ""
+        goal = "" if self.goal is None else f"≤ {self.goal:g}x"
+        return [
+            self.figure,
+            self.ours,
+            self.reference,
+            f"{self.ratio:.2f}{spread}",
+            goal,
+            self.met(),
+            self.note,
+        ]
+
+
+HEADER = ["figure", "jaxkeras", "reference", "ratio: median (min-max)", "goal", "met", "note"]
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    """The rows as one markdown table.
+
+    Args:
+        rows: the rows.
+
+    Returns:
+        The table's text.
+    """
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+    lines += ["| " + " | ".join(row.cells()) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]],
+    rounds: int,
+    number: int = 1,
+    warmup: int = 2,
+    clock: str = "wall",
+) -> dict[str, list[float]]:
+    """Seconds per call of each function, one figure per round, calls interleaved.
+
+    Each round times ``number`` calls of every function, in an order that rotates from round
+    to round.
+
+    Args:
+        fns: name -> a function of no arguments (it must wait for its result).
+        rounds: how many repetitions.
+        number: calls per function per round.
+        warmup: untimed calls of each function first (compilation).
+        clock: ``'wall'`` (``time.perf_counter_ns``) or ``'cpu'`` (``time.process_time_ns``:
+            the CPU time of all the process's threads, which load from other processes on a
+            shared machine disturbs less).
+
+    Returns:
+        name -> one time per round, in seconds per call.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    now = {"wall": time.perf_counter_ns, "cpu": time.process_time_ns}[clock]
+    names = list(fns)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
+            start = now()
+            for _ in range(number):
+                fn()
+            times[name].append((now() - start) / number / 1e9)
+    return times
+
+
+def time_text(seconds: float) -> str:
+    """A duration with a readable unit (µs, ms or s)."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def ratio_row(
+    figure: str,
+    ours: Sequence[float],
+    reference: Sequence[float],
+    goal: float | None = None,
+    note: str = "",
+) -> Row:
+    """A row from per-round times of jaxkeras and its reference (paired by round).
+
+    Args:
+        figure: what is measured.
+        ours: jaxkeras' seconds, one per round.
+        reference: the reference's seconds, one per round.
+        goal: the largest acceptable median ratio.
+        note: what the reference is.
+
+    Returns:
+        The :class:`Row`.
+    """
+    ratios = [a / b for a, b in zip(ours, reference)]
+    return Row(
+        figure,
+        time_text(float(np.median(ours))),
+        time_text(float(np.median(reference))),
+        ratios,
+        goal,
+        note,
+    )
