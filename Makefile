@@ -8,7 +8,7 @@ KERAS_SUITE := $(VENV)/keras-2.3.1-tests/backend_test.py
 
 BENCH_VENV := .venv-bench
 
-.PHONY: test demo lint docs bench clean
+.PHONY: test demo lint docs bench bench-quick clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -46,10 +46,13 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
 	touch $@
 
+# One markdown table of every benchmark's ratios, also written to benchmarks/RESULTS.md
 bench: $(STAMP) $(BENCH_VENV)/.installed
-	$(BIN)/python benchmarks/bench_lstm.py
-	$(BIN)/python benchmarks/bench_conv.py
-	$(BIN)/python benchmarks/bench_keras2.py
+	$(BIN)/python benchmarks/run_all.py
+
+# The same at reduced sizes and repetitions (about ten minutes on two cores)
+bench-quick: $(STAMP) $(BENCH_VENV)/.installed
+	$(BIN)/python benchmarks/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build site *.egg-info .pytest_cache

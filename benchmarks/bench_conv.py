@@ -1,8 +1,9 @@
 """Convolution and pooling lowerings on this machine, and the convnet training step they serve.
 
-Four tables, every time the median (and the minimum) of jit-compiled calls ending in
-``block_until_ready``, warm-up excluded; the variants of a row run alternately, so that load
-from other processes falls on all of them alike:
+Rows of the results table (``benchmarks/run_all.py``), each the time of one lowering over
+``lax``'s, from jit-compiled calls ending in ``block_until_ready``, warm-up excluded; the
+variants of a row run alternately, so that load from other processes falls on all of them
+alike:
 
 1. ``K.conv2d`` forward and forward+backward (the VJP to input and kernel) per lowering:
    ``lax`` (``lax.conv_general_dilated``), ``im2col`` (jaxkeras': patches by strided slicing,
@@ -15,27 +16,29 @@ from other processes falls on all of them alike:
 4. One SGD step of that convnet (conv32-relu-maxpool-conv64-relu-maxpool-dense10, softmax
    crossentropy) per combination of lowerings, and with ``'auto'`` (what jaxkeras picks here).
 
-Ratios are ``lax`` time over the column's time (above 1: faster than ``lax``). These results
-set ``conv.conv_lowering`` and ``pool.pool_lowering``.
+5. ``K.conv3d`` forward+backward with ``'auto'`` against ``'lax'`` on the conv_lstm example's
+   Conv3D layer, (10, 15, 40, 40, 40) to 1 filter.
 
-Run: ``python benchmarks/bench_conv.py [--repeats N]`` (about two minutes with the default).
+Ratios above 1: slower than ``lax``. These results set ``conv.conv_lowering`` and
+``pool.pool_lowering``.
+
+Run: ``python benchmarks/bench_conv.py [--quick]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import os
-import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from common import Row, interleaved, markdown_table, ratio_row
 from jax import lax
 
 import jaxkeras as K
-from jaxkeras import conv, pool
+from jaxkeras import conv
 
 BATCH = 128
 LAYERS = [(28, 1, 32), (14, 32, 64)]  # (size, in_channels, out_channels), 3x3 kernels
@@ -63,40 +66,6 @@ def forward_backward(fn: Callable) -> Callable:
     return jax.jit(lambda *args: jax.vjp(fn, *args[:-1])[1](args[-1]))
 
 
-def time_alternately(fns: dict[str, Callable], args: tuple, repeats: int) -> dict:
-    """Median and minimum seconds per call of each function, calls interleaved."""
-    for fn in fns.values():  # compile and warm up
-        jax.block_until_ready(fn(*args))
-        jax.block_until_ready(fn(*args))
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for r in range(repeats):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.perf_counter()
-            jax.block_until_ready(fns[name](*args))
-            times[name].append(time.perf_counter() - start)
-    return {name: (float(np.median(t)), float(np.min(t))) for name, t in times.items()}
-
-
-def print_table(title: str, rows: list[tuple[str, dict]], baseline: str = "lax") -> None:
-    names = list(rows[0][1])
-    print(f"\n{title}\n")
-    header = f"| {'case':<40} | " + " | ".join(f"{n + ' ms':>16}" for n in names)
-    header += " | " + " | ".join(f"{'lax/' + n:>12}" for n in names if n != baseline) + " |"
-    print(header)
-    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
-    for case, result in rows:
-        cells = [f"{1e3 * med:7.2f} ({1e3 * low:6.2f})" for med, low in result.values()]
-        ratios = [f"{result[baseline][0] / result[n][0]:12.2f}" for n in names if n != baseline]
-        print(
-            f"| {case:<40} | "
-            + " | ".join(f"{c:>16}" for c in cells)
-            + " | "
-            + " | ".join(ratios)
-            + " |"
-        )
-
-
 def compare(
     label: str, fns: dict[str, Callable], args: tuple, repeats: int, rng: np.random.Generator
 ) -> list:
@@ -111,6 +80,16 @@ def compare(
         (f"{label} fwd", time_alternately(forward, args, repeats)),
         (f"{label} fwd+bwd", time_alternately(both, (*args, ct), repeats)),
     ]
+
+
+def time_alternately(fns: dict[str, Callable], args: tuple, repeats: int) -> dict:
+    """Seconds per call of each jit-compiled function on ``args``, one per round, interleaved."""
+    calls = {n: functools.partial(_call, fn, args) for n, fn in fns.items()}
+    return interleaved(calls, repeats)
+
+
+def _call(fn: Callable, args: tuple) -> None:
+    jax.block_until_ready(fn(*args))
 
 
 def normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> jax.Array:
@@ -205,23 +184,58 @@ def train_rows(repeats: int, rng: np.random.Generator) -> list:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=15, help="timed calls per variant")
-    args = parser.parse_args()
+def conv3d_auto_row(repeats: int, quick: bool) -> Row:
+    """``K.conv3d`` forward+backward, ``'auto'`` against ``'lax'``: the conv_lstm example's
+    Conv3D layer, (10, 15, 40, 40, 40) to 1 filter, 3x3x3 (batch 2 with ``quick``)."""
     rng = np.random.default_rng(0)
-    platform = jax.default_backend()
-    convs = ", ".join(f"{n}-D {conv.conv_lowering(platform, n)}" for n in (1, 2, 3))
-    print(
-        f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({os.cpu_count()} cores); "
-        f"'auto' here: conv {convs}; pool {pool.pool_lowering(platform)}"
+    batch = 2 if quick else 10
+    args = (normal(rng, batch, 15, 40, 40, 40), normal(rng, 3, 3, 3, 40, 1, scale=0.1))
+    fns = {
+        low: functools.partial(K.conv3d, padding="same", lowering=low) for low in ("auto", "lax")
+    }
+    np.testing.assert_allclose(fns["auto"](*args), fns["lax"](*args), rtol=1e-3, atol=1e-3)
+    ct = jnp.asarray(rng.standard_normal((batch, 15, 40, 40, 1)), jnp.float32)
+    both = {n: forward_backward(fn) for n, fn in fns.items()}
+    times = time_alternately(both, (*args, ct), repeats)
+    return ratio_row(
+        f"`K.conv3d` fwd+bwd ({batch}, 15, 40, 40, 40) -> 1 filter, 3x3x3: 'auto' vs 'lax'",
+        times["auto"],
+        times["lax"],
+        1.0,
+        f"'auto' is {conv.conv_lowering(jax.default_backend(), 3)} here",
     )
-    print("times: median (min) in ms")
-    print_table("conv2d, B=128, 3x3 kernel", conv2d_rows(args.repeats, rng))
-    print_table("conv1d and conv3d", other_rank_rows(args.repeats, rng))
-    print_table("pool2d", pool_rows(args.repeats, rng))
-    print_table("convnet SGD step, B=128 (conv / pool lowering)", train_rows(args.repeats, rng))
+
+
+def lowering_rows(label: str, rows: list, baseline: str = "lax") -> list[Row]:
+    """Results-table rows: each other lowering against ``baseline``, per case."""
+    return [
+        ratio_row(f"{label} {case}: {name} vs {baseline}", times[name], times[baseline])
+        for case, times in rows
+        for name in times
+        if name != baseline
+    ]
+
+
+def main(quick: bool = False) -> list[Row]:
+    """Times every table of this module and the conv3d 'auto' figure.
+
+    Args:
+        quick: fewer repetitions (and the conv3d figure at batch 2).
+
+    Returns:
+        The rows of the results table (ratios: the lowering's time over ``lax``'s).
+    """
+    repeats = 5 if quick else 15
+    rng = np.random.default_rng(0)
+    rows = lowering_rows("conv2d B=128", conv2d_rows(repeats, rng))
+    rows += lowering_rows("", other_rank_rows(repeats, rng))
+    rows += lowering_rows("pool2d", pool_rows(repeats, rng))
+    rows += lowering_rows("convnet SGD step", train_rows(repeats, rng))
+    rows.append(conv3d_auto_row(3 if quick else 7, quick))
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    print(markdown_table(main(parser.parse_args().quick)))

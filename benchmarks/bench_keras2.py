@@ -1,11 +1,14 @@
-"""Epoch time of the digits convnet and LSTM: Keras 2.3.1 on jaxkeras vs TF-Keras 2.x.
+"""Keras 2.3.1 on jaxkeras against TF-Keras 2.x: epoch times, start-up, a ConvLSTM2D step.
 
-Both sides build the same models with the same Keras API and train them on scikit-learn's
-digits; the time per epoch is the median over the epochs after the first (which compiles).
-TF-Keras needs TensorFlow, whose Keras 3 dependency conflicts with Keras 2.3.1, so it runs in
-its own environment: ``make bench`` creates ``.venv-bench`` with ``tensorflow-cpu`` and
-``tf_keras``. Run ``python benchmarks/bench_keras2.py`` for both sides and the ratios, or
-``--side jaxkeras|tf_keras`` for one side (prints JSON).
+Both sides build the same models with the same Keras API. The digits convnet and LSTM train
+on scikit-learn's digits: the time per epoch after the first, and the time from building a
+model to the end of its first epoch (build + compile + 1 epoch) -- for jaxkeras in a process
+with an empty persistent compilation cache (cold) and in a second one that finds it filled
+(warm). The conv_lstm example's model (ConvLSTM2D(40) + BatchNormalization + Conv3D) times
+``train_on_batch``. TF-Keras needs TensorFlow, whose Keras 3 dependency conflicts with Keras
+2.3.1, so it runs in its own environment: ``make bench`` creates ``.venv-bench`` (the
+``bench`` extra). Run ``python benchmarks/bench_keras2.py [--quick]`` for both sides and the
+ratios, or ``--side jaxkeras|tf_keras`` for one side (prints JSON).
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from common import Row, markdown_table, ratio_row
 
 ROOT = Path(__file__).resolve().parent.parent
 EPOCHS = 6
 BATCH = 32
+CONVLSTM_FULL = (10, 15, 40)  # batch, frames, side: the conv_lstm example
+CONVLSTM_QUICK = (2, 15, 20)
 
 
 def _keras(side: str):
@@ -35,30 +42,41 @@ def _keras(side: str):
     return keras
 
 
-def _models(keras):
+def _build(keras, name: str):
+    """A fresh model: the digits convnet or LSTM, or the conv_lstm example's model."""
     layers = keras.layers
-    convnet = keras.models.Sequential(
+    if name == "convnet":
+        return keras.models.Sequential(
+            [
+                layers.Conv2D(32, 3, padding="same", activation="relu", input_shape=(8, 8, 1)),
+                layers.MaxPooling2D(),
+                layers.Conv2D(64, 3, padding="same", activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Flatten(),
+                layers.Dense(10, activation="softmax"),
+            ]
+        )
+    if name == "lstm":
+        return keras.models.Sequential(
+            [layers.LSTM(64, input_shape=(8, 8)), layers.Dense(10, activation="softmax")]
+        )
+    return keras.models.Sequential(  # Keras's conv_lstm example, its first layer
         [
-            layers.Conv2D(32, 3, padding="same", activation="relu", input_shape=(8, 8, 1)),
-            layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, padding="same", activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Flatten(),
-            layers.Dense(10, activation="softmax"),
+            layers.ConvLSTM2D(
+                40, (3, 3), padding="same", return_sequences=True, input_shape=(None, None, None, 1)
+            ),
+            layers.BatchNormalization(),
+            layers.Conv3D(1, (3, 3, 3), activation="sigmoid", padding="same"),
         ]
     )
-    lstm = keras.models.Sequential(
-        [
-            layers.LSTM(64, input_shape=(8, 8)),
-            layers.Dense(10, activation="softmax"),
-        ]
-    )
-    return {"convnet": (convnet, (8, 8, 1)), "lstm": (lstm, (8, 8))}
 
 
-def run_side(side: str) -> dict:
-    """Trains both models on one side; returns seconds per epoch and final accuracy."""
-    keras = _keras(side)
+SHAPES = {"convnet": (8, 8, 1), "lstm": (8, 8)}
+
+
+def digits_side(keras, epochs: int) -> dict:
+    """Trains the digits models; per model the epoch times, the time from building the model
+    to the end of its first epoch (build + compile + 1 epoch) and the final accuracy."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -70,61 +88,161 @@ def run_side(side: str) -> dict:
             self.start = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
-            self.times.append(time.perf_counter() - self.start)
+            self.ends.append(time.perf_counter())
+            self.times.append(self.ends[-1] - self.start)
 
     results = {}
-    for name, (model, shape) in _models(keras).items():
-        model.compile(keras.optimizers.Adam(), "categorical_crossentropy", metrics=["accuracy"])
+    for name, shape in SHAPES.items():
         timer = EpochTimer()
-        timer.times = []
+        timer.times, timer.ends = [], []
+        started = time.perf_counter()
+        model = _build(keras, name)
+        model.compile(keras.optimizers.Adam(), "categorical_crossentropy", metrics=["accuracy"])
         history = model.fit(
             x.reshape((-1, *shape)),
             y,
-            epochs=EPOCHS,
+            epochs=epochs,
             batch_size=BATCH,
             verbose=0,
             callbacks=[timer],
         )
         results[name] = {
-            "epoch_s": float(np.median(timer.times[1:])),
-            "first_epoch_s": timer.times[0],
+            "epochs_s": timer.times,
+            "first_s": timer.ends[0] - started,
             "accuracy": float(history.history["accuracy"][-1]),
+            "traces": getattr(model.train_function, "trace_count", None),
         }
     return results
 
 
-def _side_in_subprocess(side: str, python: Path) -> dict | None:
+def convlstm_side(keras, size: tuple[int, int, int], steps: int) -> dict:
+    """``train_on_batch`` of the conv_lstm model on ``size`` = (batch, frames, side): the
+    first step's time (compiles) and each later step's."""
+    batch, frames, side = size
+    rng = np.random.default_rng(0)
+    x = rng.random((batch, frames, side, side, 1)).astype("float32")
+    y = (rng.random((batch, frames, side, side, 1)) > 0.5).astype("float32")
+    model = _build(keras, "convlstm")
+    model.compile(loss="binary_crossentropy", optimizer="adadelta")
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        model.train_on_batch(x, y)
+        times.append(time.perf_counter() - start)
+    return {"first_s": times[0], "steps_s": times[1:]}
+
+
+def run_side(side: str, epochs: int, convlstm: tuple[int, int, int], steps: int) -> dict:
+    """Runs every model on one side (``'jaxkeras'`` or ``'tf_keras'``)."""
+    keras = _keras(side)
+    results = digits_side(keras, epochs)
+    results["convlstm"] = convlstm_side(keras, convlstm, steps)
+    return results
+
+
+def _side_in_subprocess(side: str, python: Path, args: list[str], env: dict) -> dict | None:
+    """Runs one side in a fresh process (its own interpreter); ``None`` when unavailable."""
     if not python.exists():
+        print(f"{side}: {python} is missing (make bench creates it)", file=sys.stderr)
         return None
-    env = dict(os.environ, KERAS_HOME=os.environ.get("KERAS_HOME", str(ROOT / ".venv" / "kh")))
     out = subprocess.run(
-        [str(python), __file__, "--side", side], capture_output=True, text=True, env=env
+        [str(python), __file__, "--side", side, *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+        check=False,
     )
     if out.returncode != 0:
-        print(f"{side} failed:\n{out.stderr[-2000:]}", file=sys.stderr)
+        print(f"{side} failed:\n{out.stderr[-3000:]}", file=sys.stderr)
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--side", choices=["jaxkeras", "tf_keras"])
-    args = parser.parse_args()
-    if args.side:
-        print(json.dumps(run_side(args.side)))
-        return
-    ours = _side_in_subprocess("jaxkeras", ROOT / ".venv" / "bin" / "python")
-    theirs = _side_in_subprocess("tf_keras", ROOT / ".venv-bench" / "bin" / "python")
-    print(f"digits, batch {BATCH}, median epoch time after the first of {EPOCHS}")
-    print(f"{'model':>8} {'jaxkeras':>10} {'tf_keras':>10} {'ratio':>6}   (first epoch; accuracy)")
-    for name in ("convnet", "lstm"):
-        a = ours[name] if ours else None
-        b = theirs[name] if theirs else None
-        ratio = f"{a['epoch_s'] / b['epoch_s']:6.2f}" if a and b else "   n/a"
-        cols = [f"{r['epoch_s'] * 1e3:8.1f}ms" if r else "       n/a" for r in (a, b)]
-        extra = "; ".join(f"{r['first_epoch_s']:.2f}s {r['accuracy']:.3f}" for r in (a, b) if r)
-        print(f"{name:>8} {cols[0]:>10} {cols[1]:>10} {ratio}   ({extra})")
+def main(quick: bool = False) -> list[Row]:
+    """Runs jaxkeras twice (an empty persistent compilation cache, then the filled one) and
+    TF-Keras once, each in its own process.
+
+    Args:
+        quick: fewer epochs and steps, and the conv_lstm model at a reduced size.
+
+    Returns:
+        The rows of the results table.
+    """
+    epochs, steps = (3, 2) if quick else (EPOCHS, 3)
+    size = CONVLSTM_QUICK if quick else CONVLSTM_FULL
+    args = ["--epochs", str(epochs), "--steps", str(steps), "--convlstm", *map(str, size)]
+    home = os.environ.get("KERAS_HOME", str(ROOT / ".venv" / "kh"))
+    with tempfile.TemporaryDirectory() as cache:
+        env = {"KERAS_HOME": home, "JAXKERAS_COMPILATION_CACHE": cache}
+        cold = _side_in_subprocess("jaxkeras", ROOT / ".venv" / "bin" / "python", args, env)
+        warm = _side_in_subprocess("jaxkeras", ROOT / ".venv" / "bin" / "python", args, env)
+    theirs = _side_in_subprocess("tf_keras", ROOT / ".venv-bench" / "bin" / "python", args, {})
+    if not (cold and warm and theirs):
+        raise RuntimeError("bench_keras2: a side failed (see above)")
+    rows = []
+    for name in SHAPES:
+        a, w, b = cold[name], warm[name], theirs[name]
+        note = f"TF-Keras 2.x; accuracy {a['accuracy']:.3f} vs {b['accuracy']:.3f}"
+        rows.append(
+            ratio_row(
+                f"Keras 2.3.1 digits {name}: epoch (after the first; batch {BATCH})",
+                a["epochs_s"][1:],
+                b["epochs_s"][1:],
+                None,
+                note + f"; train function compiled {a['traces']}x",
+            )
+        )
+        rows.append(
+            ratio_row(
+                f"digits {name}: build + compile + first epoch, cold",
+                [a["first_s"]],
+                [b["first_s"]],
+                1.5,
+                "empty persistent compilation cache vs TF-Keras",
+            )
+        )
+        rows.append(
+            ratio_row(
+                f"digits {name}: build + compile + first epoch, warm",
+                [w["first_s"]],
+                [b["first_s"]],
+                1.0,
+                "second process, persistent compilation cache on (the default) vs TF-Keras",
+            )
+        )
+    a, w, b = cold["convlstm"], warm["convlstm"], theirs["convlstm"]
+    label = "batch {}, {} frames of {}x{}".format(*size, size[-1])
+    rows.append(
+        ratio_row(
+            f"Keras 2.3.1 `ConvLSTM2D`(40) + BatchNorm + Conv3D train step, {label}",
+            a["steps_s"],
+            b["steps_s"],
+            1.0,
+            "the conv_lstm example's model vs TF-Keras"
+            + ("" if size == CONVLSTM_FULL else "; reduced size (quick)"),
+        )
+    )
+    rows.append(
+        ratio_row(
+            f"`ConvLSTM2D` model: first `train_on_batch` (compiles), {label}, cold / warm",
+            [a["first_s"], w["first_s"]],
+            [b["first_s"], b["first_s"]],
+            None,
+            "empty, then filled persistent compilation cache vs TF-Keras",
+        )
+    )
+    return rows
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--side", choices=["jaxkeras", "tf_keras"])
+    parser.add_argument("--quick", action="store_true", help="fewer epochs, smaller ConvLSTM")
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--steps", type=int, default=3, help="timed ConvLSTM steps")
+    parser.add_argument("--convlstm", type=int, nargs=3, default=CONVLSTM_FULL)
+    cli = parser.parse_args()
+    if cli.side:
+        print(json.dumps(run_side(cli.side, cli.epochs, tuple(cli.convlstm), cli.steps)))
+    else:
+        print(markdown_table(main(cli.quick)))

@@ -3,21 +3,21 @@
 The model: an LSTM cell (fused kernels, gates i, f, g, o) over ``x`` of shape (64, 100, 32) with
 128 units, a dense head on the last output and a mean squared error; one SGD step updates every
 weight. Both versions start from the same weights; the script checks that they give the same
-loss and the same updated weights, then times steps alternately (warm-up excluded) and prints
-the medians and their ratio.
+loss and the same updated weights, then times steps alternately (warm-up excluded): one row
+of the results table (``benchmarks/run_all.py``).
 
-Run: ``python benchmarks/bench_lstm.py [--repeats N]``.
+Run: ``python benchmarks/bench_lstm.py [--quick]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from common import Row, interleaved, markdown_table, ratio_row
 from jax import lax
 
 import jaxkeras as K
@@ -107,42 +107,41 @@ def check_same(weights, x, y):
     return float(k_loss), float(j_loss)
 
 
-def time_steps(fns, x, y, repeats: int, warmup: int = 3) -> list[tuple[float, float]]:
-    """Median (wall, CPU) seconds per call of each function, calls interleaved.
+def main(quick: bool = False) -> list[Row]:
+    """Checks both steps agree, then times them interleaved (CPU time of the process).
 
-    CPU time (all threads of this process) is the steadier measure on a shared machine.
+    Args:
+        quick: fewer repetitions.
+
+    Returns:
+        One row of the results table.
     """
-    for fn in fns:
-        for _ in range(warmup):
-            fn(x, y)
-    samples = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, times in zip(fns, samples):
-            wall, cpu = time.perf_counter(), time.process_time()
-            fn(x, y)
-            times.append((time.perf_counter() - wall, time.process_time() - cpu))
-    return [tuple(np.median(np.array(t), axis=0)) for t in samples]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
     weights = initial_weights()
     rng = np.random.default_rng(1)
     x = rng.normal(size=(BATCH, STEPS, FEATURES)).astype(np.float32)
     y = rng.normal(size=(BATCH, 1)).astype(np.float32)
-    k_loss, j_loss = check_same(weights, x, y)
-    print(f"first-step loss: K.rnn {k_loss:.6f}  hand-written {j_loss:.6f}")
+    check_same(weights, x, y)
     k_step, f, _ = keras_step(weights)
     j_step, _ = jax_step(weights)
-    (k_wall, k_cpu), (j_wall, j_cpu) = time_steps([k_step, j_step], x, y, args.repeats)
-    print(f"device: {jax.devices()[0].device_kind}; K.function traced {f.trace_count} time(s)")
-    print("median ms/step                      wall      cpu")
-    print(f"K.rnn + K.gradients + K.function: {k_wall * 1e3:7.2f}  {k_cpu * 1e3:7.2f}")
-    print(f"lax.scan + jax.grad + jax.jit:    {j_wall * 1e3:7.2f}  {j_cpu * 1e3:7.2f}")
-    print(f"ratio (wall): {k_wall / j_wall:.3f}x   ratio (cpu): {k_cpu / j_cpu:.3f}x")
+    times = interleaved(
+        {"K": lambda: k_step(x, y), "jax": lambda: j_step(x, y)},
+        rounds=10 if quick else 30,
+        warmup=3,
+        clock="cpu",
+    )
+    assert f.trace_count == 1, f"the K.function step compiled {f.trace_count} times"
+    return [
+        ratio_row(
+            f"LSTM train step ({BATCH}x{STEPS}x{FEATURES}, {UNITS} units, SGD)",
+            times["K"],
+            times["jax"],
+            1.02,
+            "`K.rnn` + `K.gradients` + `K.function` vs `lax.scan` + `jax.grad` + `jax.jit`",
+        )
+    ]
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    print(markdown_table(main(parser.parse_args().quick)))

@@ -23,13 +23,9 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from common import Row, interleaved, markdown_table, ratio_row
 
 import jaxkeras as K
-
-try:
-    from benchmarks.common import Row, interleaved, markdown_table, ratio_row
-except ImportError:  # run as a script
-    from common import Row, interleaved, markdown_table, ratio_row
 
 
 def call_overhead(rounds: int, number: int) -> Row:

@@ -1,0 +1,98 @@
+"""Runs every benchmark and prints ONE markdown table of ratios; writes it to RESULTS.md.
+
+Each benchmark module (``bench_*.py`` beside this file) plugs in through ``main(quick)``,
+which returns a list of ``common.Row``. Every row is a ratio of jaxkeras against a reference
+measured in the same run (interleaved repetitions; median with min-max).
+
+Run: ``python benchmarks/run_all.py [--quick] [--only NAME ...] [--output FILE]``
+(``make bench`` / ``make bench-quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from common import markdown_table
+
+HERE = Path(__file__).resolve().parent
+MODULES = ["bench_overhead", "bench_lstm", "bench_conv", "bench_keras2", "bench_threads"]
+
+
+def machine() -> str:
+    """A line describing this machine and the software measured."""
+    import jax
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} cores visible, {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}, jax {jax.__version__} on "
+        f"{jax.devices()[0].device_kind}"
+    )
+
+
+def commit() -> str:
+    """The checked-out commit (with ``+dirty`` when the tree has changes)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=HERE, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def main() -> None:
+    """Runs the benchmarks, prints the table and writes the results file."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    parser.add_argument("--only", nargs="*", default=None, help="module names to run")
+    parser.add_argument("--output", default=str(HERE / "RESULTS.md"), help="results file")
+    args = parser.parse_args()
+    rows, failed, started = [], [], time.perf_counter()
+    for name in args.only or MODULES:
+        if not (HERE / f"{name}.py").exists():
+            continue
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            rows += importlib.import_module(name).main(quick=args.quick)
+        except Exception:  # one broken benchmark must not lose the others' figures
+            traceback.print_exc()
+            failed.append(name)
+        print(f"  {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    table = markdown_table(rows)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = [
+        "# Benchmark results",
+        "",
+        f"- date: {now}; commit: {commit()}; mode: {'quick' if args.quick else 'full'}",
+        f"- machine: {machine()}",
+        f"- total time: {time.perf_counter() - started:.0f} s"
+        + (f"; FAILED: {', '.join(failed)}" if failed else ""),
+        "- ratio: jaxkeras over the reference (lower is better), one per interleaved "
+        "repetition; median (min-max). Regenerate with `make bench` (`make bench-quick`).",
+        "",
+    ]
+    text = "\n".join(header) + table + "\n"
+    print(text)
+    Path(args.output).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
