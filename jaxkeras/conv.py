@@ -63,22 +63,31 @@ LOWERINGS = ("auto", "lax", "im2col")
 # lowerings (pure functions on arrays; pads are explicit (low, high) pairs)
 
 
-def conv_lowering(platform: str, n: int) -> str:
+IM2COL_MIN_FILTERS = 8
+"""3-D convolutions with fewer output filters keep XLA's convolution on CPU (see
+:func:`conv_lowering`)."""
+
+
+def conv_lowering(platform: str, n: int, filters: int | None = None) -> str:
     """The lowering ``lowering='auto'`` uses for an ``n``-D convolution on ``platform``.
 
     Measured by ``benchmarks/bench_conv.py`` on CPU: XLA's own convolution is the faster for
     1-D and 2-D (im2col's patch copy costs more than it saves; 0.25-0.5x forward on a small
-    convnet's layers), im2col + matmul for 3-D (1.6-10x forward+backward). Accelerators keep
-    XLA's convolution.
+    convnet's layers), im2col + matmul for 3-D (1.6-10x forward+backward, 8 -> 16 filters)
+    unless the convolution has few output filters: the patches (``27 * channels`` wide for a
+    3x3x3 window) cost as much to copy as the matmul saves, so with 1 filter (the conv_lstm
+    example's 40 -> 1 Conv3D) im2col is ~2.2x slower. Accelerators keep XLA's convolution.
 
     Args:
         platform: a JAX platform name (``'cpu'``, ``'cuda'``, ``'rocm'``, ``'tpu'``, ...).
         n: the number of spatial dimensions.
+        filters: the number of output filters; ``None`` means many.
 
     Returns:
         ``'im2col'`` or ``'lax'``.
     """
-    return "im2col" if platform == "cpu" and n == 3 else "lax"
+    few = filters is not None and filters < IM2COL_MIN_FILTERS
+    return "im2col" if platform == "cpu" and n == 3 and not few else "lax"
 
 
 def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):
@@ -128,7 +137,7 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     return lower(
         _CONV_LOWERINGS,
         lowering,
-        conv_lowering("cpu", kernel.ndim - 2),
+        conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1]),
         (x, kernel),
         strides,
         pads,

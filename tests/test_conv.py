@@ -79,6 +79,7 @@ def test_each_lowering_matches_reference(lowering, n, data_format):
 
 def test_conv_lowering_policy():
     assert [conv.conv_lowering("cpu", n) for n in (1, 2, 3)] == ["lax", "lax", "im2col"]
+    assert [conv.conv_lowering("cpu", 3, f) for f in (1, 7, 8)] == ["lax", "lax", "im2col"]
     assert {conv.conv_lowering(p, n) for p in ("cuda", "rocm", "tpu") for n in (1, 2, 3)} == {"lax"}
 
 
@@ -87,7 +88,18 @@ def test_auto_conv_lowering_is_decided_per_platform(n):
     x, w = conv_inputs(n, "channels_last")
     for platform in ("cpu", "cuda", "tpu"):
         text = lowered_for(platform, lambda a: CONV_OPS[n](a, w, padding="same"), x)
-        assert ("convolution" in text) == (conv.conv_lowering(platform, n) == "lax"), platform
+        assert ("convolution" in text) == (conv.conv_lowering(platform, n, w.shape[-1]) == "lax"), (
+            platform
+        )
+
+
+def test_auto_conv3d_with_few_filters_keeps_the_lax_lowering_on_cpu():
+    x = uniform(1, 4, 5, 5, 6)
+    few, many = uniform(3, 3, 3, 6, 1), uniform(3, 3, 3, 6, 8)
+    assert "convolution" in lowered_for("cpu", lambda a: K.conv3d(a, few, padding="same"), x)
+    assert "convolution" not in lowered_for("cpu", lambda a: K.conv3d(a, many, padding="same"), x)
+    ref = K.conv3d(x, few, padding="same", lowering="lax")
+    np.testing.assert_allclose(K.conv3d(x, few, padding="same"), ref, rtol=1e-5, atol=1e-6)
 
 
 def test_conv_with_variable_kernel_through_function_and_gradients():

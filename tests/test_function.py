@@ -250,3 +250,58 @@ def test_unknown_dims_survive_a_chain_of_ops():
     ref = np.abs(-(ref * 2 + 1)) ** 2 / 3.0 - data[:, :, :1]
     ref = ref[:, 1:, :].sum(axis=2).reshape(7, 2, 1)
     np.testing.assert_allclose(f([data])[0], ref, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# the call path: what could make a function recompile, or let a bad feed through
+
+
+def test_a_shape_that_passed_does_not_let_other_shapes_through():
+    x = K.placeholder((None, 3))
+    f = K.function([x], [ksum(x, axis=1)])
+    np.testing.assert_allclose(f([np.ones((2, 3), np.float32)])[0], [3.0, 3.0])
+    with pytest.raises(ValueError, match=r"\(2, 4\)"):
+        f([np.ones((2, 4), np.float32)])
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        f([jnp.ones(3, jnp.float32)])
+    np.testing.assert_allclose(f([jnp.ones((5, 3), jnp.float32)])[0], np.full(5, 3.0))
+    f([np.ones((2, 3), np.float32)])
+    assert f.trace_count == 2  # batch 2, batch 5; NumPy and JAX feeds share a compilation
+
+
+def test_random_and_read_only_functions_compile_once():
+    w = K.variable(np.ones((3, 3)))
+    x = K.placeholder((None, 3))
+    noisy = K.dot(x, w) + K.random_normal((4, 3), seed=3)
+    dropped = K.dropout(K.dot(x, w), 0.5, seed=4)
+    f = K.function([x], [noisy, dropped])  # reads w, updates nothing
+    feed = np.ones((4, 3), np.float32)
+    draws = [f([feed])[0] for _ in range(20)]
+    f([jnp.asarray(feed)])
+    f([feed.astype(np.float64)])
+    assert f.trace_count == 1
+    # each call draws new numbers, from a table of run counts passed in, not traced in
+    assert len({d.tobytes() for d in draws}) == 20
+
+
+def test_outputs_are_writable_numpy_arrays_that_own_their_data():
+    v = K.variable(np.arange(4.0))
+    f = K.function([], [v * 2, K.sum(v)], updates=[K.update_add(v, 1.0)])
+    first, total = f([])
+    assert type(first) is np.ndarray and first.flags.writeable and first.flags.owndata
+    first[:] = -1  # writing an output never touches the state
+    np.testing.assert_allclose(K.get_value(v), np.arange(4.0) + 1)
+    assert np.ndim(total) == 0 and float(total) == 6.0
+
+
+def test_lower_shows_the_donated_state_and_runs_nothing():
+    v = K.variable(np.zeros((64, 64), np.float32))
+    kept = K.variable(np.ones((64, 64), np.float32))
+    x = K.placeholder((64, 64))
+    f = K.function([x], [K.dot(x, kept)], updates=[K.update_add(v, x)])
+    memory = f.lower([np.ones((64, 64), np.float32)]).compile().memory_analysis()
+    # the updated variable's buffer (64 * 64 float32) is donated and reused for its new value
+    assert memory.alias_size_in_bytes == 64 * 64 * 4
+    np.testing.assert_array_equal(K.get_value(v), 0.0)  # lowering ran nothing
+    f([np.ones((64, 64), np.float32)])
+    np.testing.assert_array_equal(K.get_value(v), 1.0)

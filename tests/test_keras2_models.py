@@ -277,3 +277,24 @@ def test_optax_optimizer_trains_saves_and_loads(digits, tmp_path):
         np.testing.assert_array_equal(a, b)
     uncompiled = load_model(path, compile=False)
     np.testing.assert_array_equal(uncompiled.predict(x_test), model.predict(x_test))
+
+
+def test_training_and_prediction_compile_once_per_batch_shape(digits):
+    x_train, _, y_train, _ = digits
+    model = Sequential(
+        [
+            layers.Dense(16, activation="relu", input_shape=(64,)),
+            layers.Dropout(0.1),
+            layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile("adam", "categorical_crossentropy", metrics=["accuracy"])
+    model.fit(x_train[:320], y_train[:320], epochs=3, batch_size=32, verbose=0)
+    assert model.train_function.trace_count == 1  # ten equal batches, three epochs
+    model.fit(x_train[:330], y_train[:330], epochs=2, batch_size=32, verbose=0)
+    assert model.train_function.trace_count == 2  # the last batch of 10 compiles once
+    for _ in range(3):
+        model.predict(x_train[:64], batch_size=32)
+        model.evaluate(x_train[:64], y_train[:64], batch_size=32, verbose=0)
+    assert model.predict_function.trace_count == 1
+    assert model.test_function.trace_count == 1
