@@ -182,3 +182,13 @@ def test_compilation_cache_can_be_moved_or_disabled(tmp_path):
     assert _cache_run(tmp_path)[0] == str(moved)
     own = tmp_path / "own"  # a program's own JAX setting wins
     assert _cache_run(tmp_path, JAX_COMPILATION_CACHE_DIR=str(own))[0] == str(own)
+
+
+def test_compilation_cache_is_size_capped(tmp_path):
+    environ = dict(os.environ, KERAS_HOME=str(tmp_path))
+    environ.pop("JAXKERAS_COMPILATION_CACHE", None)
+    environ.pop("JAX_COMPILATION_CACHE_MAX_SIZE", None)
+    code = "import jax, jaxkeras; print(jax.config.jax_compilation_cache_max_size)"
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == 2 * 2**30  # least recently used entries go beyond 2 GiB
