@@ -33,7 +33,8 @@ def zeros(shape: Any, dtype: Any = None, name: str | None = None) -> state.Varia
         A :class:`Variable`.
     """
     dtype = check_dtype("zeros", dtype)
-    return state.variable(jnp.zeros(check_variable_shape("zeros", shape), dtype), dtype, name)
+    shape = check_variable_shape("zeros", shape)
+    return state.variable(np.zeros(shape, jnp.dtype(dtype)), dtype, name)  # compiles nothing
 
 
 def ones(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variable:
@@ -48,7 +49,8 @@ def ones(shape: Any, dtype: Any = None, name: str | None = None) -> state.Variab
         A :class:`Variable`.
     """
     dtype = check_dtype("ones", dtype)
-    return state.variable(jnp.ones(check_variable_shape("ones", shape), dtype), dtype, name)
+    shape = check_variable_shape("ones", shape)
+    return state.variable(np.ones(shape, jnp.dtype(dtype)), dtype, name)  # compiles nothing
 
 
 def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable:

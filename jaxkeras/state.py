@@ -267,7 +267,11 @@ def _copy_to_device(value: Any, dtype: str, fn: str = "variable") -> Any:
     array = _as_array(value, fn)
     if array.dtype.kind in "USO":  # strings, objects: no number to store
         raise TypeError(f"{fn}: value must hold numbers, got dtype {array.dtype}: {value!r}")
-    return jnp.array(array, dtype=dtype, copy=True)
+    # A fresh NumPy copy, put on the device: unlike jnp.array(..., copy=True) this compiles
+    # nothing (jnp.array compiles a conversion per shape, ~50 ms each on CPU, at every new
+    # variable shape of a model). Casts of NaN or out-of-range values are as undefined as XLA's.
+    with np.errstate(invalid="ignore", over="ignore"):
+        return jax.device_put(np.array(array, dtype=jnp.dtype(dtype)))
 
 
 def _as_array(value: Any, fn: str) -> np.ndarray:

@@ -232,8 +232,8 @@ def constant(
     if shape is None:
         return array
     shape = tuple(int(d) for d in shape)
-    if array.size == 1:
-        return jnp.full(shape, array.reshape(()), dtype=dtype)
+    if array.size == 1:  # filled by NumPy: jnp.full would compile once per shape
+        return jax.device_put(np.full(shape, np.asarray(array).reshape(()), dtype=array.dtype))
     if array.size != int(np.prod(shape)):
         raise ValueError(f"constant: value of shape {array.shape} does not fit shape {shape}")
     return array.reshape(shape)

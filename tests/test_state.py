@@ -1,5 +1,6 @@
 """Variables, the store, updates and bookkeeping names."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -233,3 +234,30 @@ def test_variables_are_freed_with_their_handles():
     del v
     gc.collect()
     assert name not in state.store().values
+
+
+_BACKEND_COMPILES: list = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, seconds, **kw: (
+        _BACKEND_COMPILES.append(event)
+        if event == "/jax/core/compile/backend_compile_duration"
+        else None
+    )
+)
+
+
+def test_variables_of_new_shapes_compile_nothing():
+    # a model creates variables of many shapes; compiling a copy per shape cost seconds
+    K.variable(np.ones((1, 1)))
+    K.zeros((1, 2))
+    before = len(_BACKEND_COMPILES)
+    values = []
+    for n in range(2, 7):
+        source = np.full((n, n + 1), float(n))
+        v = K.variable(source)
+        source[:] = -1  # the store copied it
+        values += [v, K.zeros((n, 3)), K.ones((3, n), dtype="int32"), K.constant(2.0, shape=(n,))]
+    assert len(_BACKEND_COMPILES) == before
+    np.testing.assert_array_equal(K.get_value(values[0]), np.full((2, 3), 2.0))
+    assert K.get_value(values[2]).dtype == np.int32 and K.get_value(values[2]).sum() == 3 * 2
+    np.testing.assert_array_equal(values[3], [2.0, 2.0])
