@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.experimental import sparse
+from jaxlib import xla_client
 
 from jaxkeras import graph
 from jaxkeras.graph import (
@@ -338,7 +339,7 @@ def _to_numpy(value: Any) -> np.ndarray:
     return np.array(value) if type(value) is _ARRAY_TYPE else to_numpy(value)
 
 
-_ARRAY_TYPE = type(jnp.zeros(()))
+_ARRAY_TYPE = xla_client.ArrayImpl  # jax.Array's type, named without starting a backend
 _ARRAY_TYPES = (np.ndarray, _ARRAY_TYPE)
 
 
