@@ -202,7 +202,7 @@ def conv3d_auto_row(repeats: int, quick: bool) -> Row:
         times["auto"],
         times["lax"],
         1.0,
-        f"'auto' is {conv.conv_lowering(jax.default_backend(), 3)} here",
+        f"'auto' is {conv.conv_lowering(jax.default_backend(), 3, 1)} here",
     )
 
 
