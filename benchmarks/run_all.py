@@ -89,7 +89,7 @@ def main() -> None:
         "repetition; median (min-max). Regenerate with `make bench` (`make bench-quick`).",
         "",
     ]
-    text = "\n".join(header) + table + "\n"
+    text = "\n".join(header) + "\n" + table + "\n"
     print(text)
     Path(args.output).write_text(text, encoding="utf-8")
 
