@@ -6,7 +6,8 @@ from reading the state to committing it, so its calls take turns (and lose no up
 work per call is a moderately sized matmul, ``tanh(x @ w)`` with ``x`` of shape (128, 512) and
 ``w`` of shape (512, 512), so that a call is not all Python overhead. Each variant runs for
 ``--seconds`` after a warm-up call; the script prints calls per second and the ratio
-(4 threads / 1 thread). XLA runs each call on one core here (``XLA_FLAGS`` gets
+(4 threads / 1 thread) as rows of the results table (``benchmarks/run_all.py``, which runs it
+in its own process). XLA runs each call on one core here (``XLA_FLAGS`` gets
 ``--xla_cpu_multi_thread_eigen=false`` before JAX starts, unless a program started it first),
 so the ratio shows what the store's lock lets run at once: ideally ``min(4, cores)`` for the
 read-only function and 1 for the updating one.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
 
@@ -27,6 +29,7 @@ if SINGLE_THREADED_XLA not in os.environ.get("XLA_FLAGS", ""):  # read when JAX 
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from common import Row, markdown_table  # noqa: E402
 
 import jaxkeras as K  # noqa: E402
 
@@ -76,18 +79,26 @@ def throughput(f: K.Function, feed: np.ndarray, threads: int, seconds: float) ->
     return sum(counts) / elapsed, sum(counts)
 
 
-def main(argv: list[str] | None = None) -> list[tuple[str, float, str]]:
-    """Runs the benchmark, prints it, and returns rows ``(figure, value, goal)``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="time per variant")
-    args = parser.parse_args(argv)
+def main(quick: bool = False, seconds: float | None = None) -> list[Row]:
+    """Runs the benchmark and prints it.
+
+    Args:
+        quick: shorter runs (1.5 s per variant instead of 3).
+        seconds: the time per variant, overriding ``quick``.
+
+    Returns:
+        Rows of the results table (``benchmarks/run_all.py``): 4-thread over 1-thread
+        throughput, higher is better.
+    """
+    seconds = seconds or (1.5 if quick else 3.0)
     read_only, updating, feed, calls = make_functions()
     for f in (read_only, updating):
         f([feed])  # compile outside the timings
     print(
         f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({os.cpu_count()} cores); "
-        f"tanh(x @ w), x {BATCH}x{WIDTH}, w {WIDTH}x{WIDTH}; {args.seconds:g} s per variant; "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+        f"tanh(x @ w), x {BATCH}x{WIDTH}, w {WIDTH}x{WIDTH}; {seconds:g} s per variant; "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
+        file=sys.stderr,
     )
     rows = []
     for label, f, goal in [
@@ -95,16 +106,23 @@ def main(argv: list[str] | None = None) -> list[tuple[str, float, str]]:
         ("K.function with updates", updating, "about 1 (calls take turns)"),
     ]:
         before = float(K.get_value(calls))
-        one, n_one = throughput(f, feed, 1, args.seconds)
-        four, n_four = throughput(f, feed, 4, args.seconds)
+        one, n_one = throughput(f, feed, 1, seconds)
+        four, n_four = throughput(f, feed, 4, seconds)
         if f is updating:  # every call's update was committed
             assert float(K.get_value(calls)) - before == n_one + n_four
-        print(f"{label:26s} 1 thread {one:9.1f} calls/s   4 threads {four:9.1f} calls/s")
-        rows.append((f"threads: {label}, 4 threads / 1 thread throughput", four / one, goal))
-    for figure, value, goal in rows:
-        print(f"{figure}: {value:.2f} (goal {goal})")
+        rows.append(
+            Row(
+                f"threads: {label}, 4 threads vs 1 (throughput)",
+                f"{four:.1f} calls/s",
+                f"{one:.1f} calls/s",
+                [four / one],
+                note=f"throughput ratio, higher is better; expected {goal}",
+            )
+        )
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="time per variant")
+    print(markdown_table(main(seconds=parser.parse_args().seconds)))

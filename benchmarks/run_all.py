@@ -1,8 +1,9 @@
 """Runs every benchmark and prints ONE markdown table of ratios; writes it to RESULTS.md.
 
 Each benchmark module (``bench_*.py`` beside this file) plugs in through ``main(quick)``,
-which returns a list of ``common.Row``. Every row is a ratio of jaxkeras against a reference
-measured in the same run (interleaved repetitions; median with min-max).
+which returns a list of ``common.Row``; each runs in a fresh process (its own JAX start-up, so
+that no module's JAX flags or compiled state reach another). Every row is a ratio of jaxkeras
+against a reference measured in the same run (interleaved repetitions; median with min-max).
 
 Run: ``python benchmarks/run_all.py [--quick] [--only NAME ...] [--output FILE]``
 (``make bench`` / ``make bench-quick``).
@@ -11,17 +12,18 @@ Run: ``python benchmarks/run_all.py [--quick] [--only NAME ...] [--output FILE]`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
+import json
 import os
 import platform
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
-from common import markdown_table
+from common import Row, markdown_table
 
 HERE = Path(__file__).resolve().parent
 MODULES = ["bench_overhead", "bench_lstm", "bench_conv", "bench_keras2", "bench_threads"]
@@ -57,24 +59,37 @@ def commit() -> str:
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def run_module(name: str, quick: bool) -> list[Row] | None:
+    """Runs ``name.main(quick)`` in a fresh process; its rows, or ``None`` when it failed."""
+    command = [sys.executable, __file__, "--module", name] + (["--quick"] if quick else [])
+    out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if out.returncode != 0:
+        return None
+    return [Row(**row) for row in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
 def main() -> None:
     """Runs the benchmarks, prints the table and writes the results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     parser.add_argument("--only", nargs="*", default=None, help="module names to run")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"), help="results file")
+    parser.add_argument("--module", help=argparse.SUPPRESS)  # in the child: run one, print JSON
     args = parser.parse_args()
+    if args.module:
+        rows = importlib.import_module(args.module).main(quick=args.quick)
+        print(json.dumps([dataclasses.asdict(row) for row in rows]))
+        return
     rows, failed, started = [], [], time.perf_counter()
     for name in args.only or MODULES:
         if not (HERE / f"{name}.py").exists():
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        try:
-            rows += importlib.import_module(name).main(quick=args.quick)
-        except Exception:  # one broken benchmark must not lose the others' figures
-            traceback.print_exc()
+        found = run_module(name, args.quick)  # a broken one must not lose the others' figures
+        if found is None:
             failed.append(name)
+        rows += found or []
         print(f"  {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     table = markdown_table(rows)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
