@@ -6,6 +6,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from tests.helpers import check_grad
+
 RNG = np.random.default_rng(0)
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -151,3 +153,11 @@ def lowered_for(platform, fn, x):
     """The StableHLO text of ``fn(x)`` compiled for ``platform`` (no such device needed)."""
     spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
     return jax.export.export(jax.jit(fn), platforms=[platform])(spec).mlir_module()
+
+
+def check_input_and_kernel_gradients(op, ref, x_shape, w_shape):
+    """Checks the gradients of ``op(x, w)`` w.r.t. ``x`` and ``w`` (random values of the given
+    shapes) against finite differences of the NumPy reference ``ref(x, w)``."""
+    x, w = uniform(*x_shape), uniform(*w_shape)
+    check_grad(lambda a: op(a, w), lambda a: ref(a, w), x)
+    check_grad(lambda b: op(x, b), lambda b: ref(x, b), w)

@@ -14,6 +14,7 @@ from jaxkeras import conv
 from tests.conv_reference import (
     TOL,
     channels,
+    check_input_and_kernel_gradients,
     lowered_for,
     np_conv,
     np_conv_transpose,
@@ -307,10 +308,7 @@ GRAD_CASES = {
 
 @pytest.mark.parametrize("name", sorted(GRAD_CASES))
 def test_gradients_wrt_input_and_kernel(name):
-    op, ref, x_shape, w_shape = GRAD_CASES[name]
-    x, w = uniform(*x_shape), uniform(*w_shape)
-    check_grad(lambda a: op(a, w), lambda a: ref(a, w), x)
-    check_grad(lambda b: op(x, b), lambda b: ref(x, b), w)
+    check_input_and_kernel_gradients(*GRAD_CASES[name])
 
 
 def test_separable_conv2d_gradients_wrt_input_and_both_kernels():

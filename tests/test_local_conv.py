@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from tests.conv_reference import TOL, channels, np_local_conv, uniform
-from tests.helpers import check_grad, check_op
+from tests.conv_reference import (
+    TOL,
+    channels,
+    check_input_and_kernel_gradients,
+    np_local_conv,
+    uniform,
+)
+from tests.helpers import check_op
 
 
 @pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
@@ -52,10 +58,7 @@ GRAD_CASES = {
 
 @pytest.mark.parametrize("name", sorted(GRAD_CASES))
 def test_gradients_wrt_input_and_kernel(name):
-    op, ref, x_shape, w_shape = GRAD_CASES[name]
-    x, w = uniform(*x_shape), uniform(*w_shape)
-    check_grad(lambda a: op(a, w), lambda a: ref(a, w), x)
-    check_grad(lambda b: op(x, b), lambda b: ref(x, b), w)
+    check_input_and_kernel_gradients(*GRAD_CASES[name])
 
 
 X4 = np.zeros((1, 5, 5, 2), np.float32)
