@@ -3,8 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
-# Keras 2.3.1's backend test suite, from its source distribution on PyPI (never committed)
-KERAS_SUITE := $(VENV)/keras-2.3.1-tests/backend_test.py
+# Keras 2.3.1's own test tree, from its source distribution on PyPI (never committed)
+KERAS_TESTS := $(VENV)/keras-2.3.1-tests
+KERAS_SUITE := $(KERAS_TESTS)/tests/conftest.py
 
 BENCH_VENV := .venv-bench
 
@@ -19,11 +20,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 $(KERAS_SUITE): | $(BIN)/python
-	mkdir -p $(dir $@)
-	$(BIN)/python -m pip download -q --no-deps --no-binary :all: keras==2.3.1 -d $(dir $@)
-	tar xzf $(dir $@)Keras-2.3.1.tar.gz -C $(dir $@) --strip-components=4 \
-		Keras-2.3.1/tests/keras/backend/backend_test.py
-	rm $(dir $@)Keras-2.3.1.tar.gz
+	mkdir -p $(KERAS_TESTS)
+	$(BIN)/python -m pip download -q --no-deps --no-binary :all: keras==2.3.1 -d $(KERAS_TESTS)
+	tar xzf $(KERAS_TESTS)/Keras-2.3.1.tar.gz -C $(KERAS_TESTS) --strip-components=1 \
+		Keras-2.3.1/tests
+	rm $(KERAS_TESTS)/Keras-2.3.1.tar.gz
 
 test: $(STAMP) $(KERAS_SUITE)
 	$(BIN)/python -m pytest -n 2 tests

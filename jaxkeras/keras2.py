@@ -10,7 +10,8 @@ puts back exactly these names, each only if it is missing:
 - ``inspect.ArgSpec`` and ``inspect.getargspec`` (``utils.generic_utils.getargspec``/``has_arg``
   and model loading inspect functions with them);
 - ``numpy.Inf`` (callbacks), ``numpy.string_`` (HDF5 utilities), ``numpy.bool`` and
-  ``numpy.int`` (Keras's NumPy reference backend).
+  ``numpy.int`` (Keras's NumPy reference backend), ``numpy.unicode_`` (``pad_sequences`` of
+  keras_preprocessing, which Keras 2.3.1 re-exports).
 
 HDF5: Keras 2.3.1 writes string attributes as bytes and calls ``.decode`` on what it reads back,
 but h5py 3 returns ``str`` (and object arrays of ``str``). When h5py is installed, reading an
@@ -71,7 +72,7 @@ RESTORED: dict[Any, dict[str, Any]] = {
         "Iterable": collections.abc.Iterable,
     },
     inspect: {"ArgSpec": ArgSpec, "getargspec": getargspec},
-    np: {"Inf": np.inf, "string_": np.bytes_, "bool": bool, "int": int},
+    np: {"Inf": np.inf, "string_": np.bytes_, "unicode_": np.str_, "bool": bool, "int": int},
 }
 
 

@@ -1,20 +1,32 @@
-"""Pytest plugin for running Keras 2.3.1's backend test suite against jaxkeras.
+"""Pytest plugin for running Keras 2.3.1's own test tree against jaxkeras.
 
-The suite compares ``KTF`` (the TensorFlow backend module) with Keras's NumPy reference backend
-``KNP``; here ``KTF`` is jaxkeras. Loaded with ``-p keras2_suite_plugin`` and
-``KERAS_BACKEND=jaxkeras``.
+Loaded with ``-p keras2_suite_plugin`` and ``KERAS_BACKEND=jaxkeras`` by
+``tests/test_keras2_suite.py`` (``tests/`` on ``PYTHONPATH``); Keras's files are not edited.
 
-One adjustment to the reference: ``numpy_backend.in_top_k`` ranks with ``numpy.argsort``, whose
-default sort was stable for short rows in NumPy 1 (when Keras 2.3.1 was tested), so tied
-predictions ranked by index, as TF counts them. NumPy 2's default sort is not stable, so the
-reference is given the stable sort it had.
+- Exclusions: the tests in :data:`keras2_suite_exclusions.EXCLUDED` are strict expected
+  failures (a file there is not collected).
+- Session: Keras's ``tests/conftest.py`` clears the session after each test only on TensorFlow
+  and CNTK; this plugin clears it on jaxkeras too, so no test leaks its learning phase or uids.
+- Backends: backend_test.py compares ``KTF`` (the TensorFlow backend module) with Keras's
+  NumPy reference backend ``KNP``; here ``KTF`` is jaxkeras.
+- Reference: ``numpy_backend.in_top_k`` ranks with ``numpy.argsort``, whose default sort was
+  stable for short rows in NumPy 1 (when Keras 2.3.1 was tested), so tied predictions ranked by
+  index, as TF counts them. NumPy 2's default sort is not stable, so the reference is given the
+  stable sort it had.
+- Report: with ``JAXKERAS_SUITE_REPORT=path``, the controlling process writes a JSON object
+  ``{node id: outcome}`` there (outcomes: passed, failed, skipped, xfailed), xdist or not.
 """
 
+import json
+import os
 import sys
+from pathlib import Path
 
 import keras  # noqa: F401 - loads jaxkeras as Keras's backend
 import numpy as np
+import pytest
 from keras.backend import numpy_backend
+from keras2_suite_exclusions import EXCLUDED
 
 import jaxkeras
 
@@ -27,3 +39,53 @@ def _in_top_k(predictions, targets, k):
 
 
 numpy_backend.in_top_k = _in_top_k
+
+_FILES = {key for key in EXCLUDED if "::" not in key}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leaves out the excluded files."""
+    if not collection_path.is_relative_to(config.rootpath):
+        return None
+    relative = collection_path.relative_to(config.rootpath).as_posix()
+    return True if relative in _FILES else None
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    """Marks the excluded tests as strict expected failures."""
+    for item in items:
+        reason = EXCLUDED.get(item.nodeid)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"excluded: {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def _jaxkeras_clears_the_session():
+    yield
+    jaxkeras.clear_session()
+
+
+_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Records each test's outcome (the first failing or skipping phase decides)."""
+    if report.when == "call" or not report.passed:
+        outcome = report.outcome
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "failed"  # a strict XPASS fails
+        if _OUTCOMES.get(report.nodeid, "passed") == "passed":
+            _OUTCOMES[report.nodeid] = outcome
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """Records files that fail to import."""
+    if report.failed:
+        _OUTCOMES[report.nodeid] = "failed"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Writes the report (in the controlling process only, when xdist runs the tests)."""
+    path = os.environ.get("JAXKERAS_SUITE_REPORT")
+    if path and not hasattr(session.config, "workerinput"):
+        Path(path).write_text(json.dumps(_OUTCOMES, indent=0, sort_keys=True))

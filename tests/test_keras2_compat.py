@@ -7,9 +7,13 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("keras") is None, reason="keras 2.3.1 is not installed (test extra)"
-)
+pytestmark = [
+    pytest.mark.keras2,
+    pytest.mark.skipif(
+        importlib.util.find_spec("keras") is None,
+        reason="keras 2.3.1 is not installed (test extra)",
+    ),
+]
 
 PROBE = """
 import collections, inspect, os, sys, tempfile
@@ -22,7 +26,8 @@ with h5py.File(path, "w") as f:
     f.attrs["v"] = b"2.3.1"
 with h5py.File(path, "r") as f:
     mine = type(f.attrs["v"]).__name__
-print(hasattr(collections, "Mapping"), hasattr(inspect, "getargspec"), hasattr(np, "Inf"), mine)
+names = hasattr(np, "Inf") and hasattr(np, "unicode_")
+print(hasattr(collections, "Mapping"), hasattr(inspect, "getargspec"), names, mine)
 """
 
 

@@ -26,6 +26,8 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 
 import jaxkeras  # noqa: E402
 
+pytestmark = pytest.mark.keras2
+
 
 @pytest.fixture(autouse=True)
 def _seeded():

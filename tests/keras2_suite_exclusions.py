@@ -1,0 +1,52 @@
+"""The one list of Keras 2.3.1 tests that are not required to pass against jaxkeras, with reasons.
+
+Keys are pytest node ids relative to the extracted tree (``tests/...``). Every reason holds on
+Keras 2.3.1's TensorFlow backend too, in this environment (Python 3.10+, NumPy 2, h5py 3,
+pytest 8+, no network): the test pins the backend name, uses a TensorFlow-only API, compares
+other backends with each other, needs the network, or depends on a library or pytest feature
+that changed since 2019.
+
+- A key naming a file (no ``::``) is not collected at all (the file cannot be imported here,
+  or every test in it downloads data).
+- A key naming a test is run as a strict expected failure: if it starts passing, the run
+  fails, so the list stays minimal.
+"""
+
+from __future__ import annotations
+
+EXCLUDED: dict[str, str] = {
+    # --- files that are not collected
+    "tests/test_api.py": "compares Keras's API with api.json from Keras's git repository (not "
+    "in the source distribution) and imports the TensorFlow, Theano and CNTK backends (pyux)",
+    "tests/docs/test_doc_auto_generation.py": "tests Keras's documentation generator (the "
+    "repository's docs/ package and markdown, not in the tests tree); Keras skips it on every "
+    "backend but TensorFlow",
+    "tests/keras/metrics_confusion_matrix_test.py": "imports TensorFlow at module level (TF-only: "
+    "Keras skips it on every other backend)",
+    "tests/keras/utils/multi_gpu_test.py": "multi_gpu_model is TensorFlow-only (imports "
+    "TensorFlow at module level)",
+    "tests/integration_tests/test_datasets.py": "needs the network: downloads the MNIST, CIFAR, "
+    "IMDB, Reuters, Boston housing and Fashion-MNIST data sets",
+    # --- tests that run and must fail
+    "tests/keras/backend/backend_test.py::TestBackend::test_gradient": "builds the same graph in "
+    "the Theano and TensorFlow backends (KTH, KTF) and compares them; needs both",
+    "tests/keras/backend/backend_test.py::TestBackend::test_function": "compares K.function of "
+    "the Theano and TensorFlow backends with each other",
+    "tests/keras/backend/backend_test.py::TestBackend::test_print_tensor": "checks Theano's "
+    "print_tensor output format (KTH only)",
+    "tests/keras/backend/backend_test.py::TestBackend::test_resize_images_bilinear"
+    "[channels_first]": "compares the TensorFlow and Theano backends with each other (KTF, KTH)",
+    "tests/keras/backend/backend_test.py::TestBackend::test_resize_images_bilinear"
+    "[channels_last]": "compares the TensorFlow and Theano backends with each other (KTF, KTH)",
+    "tests/keras/activations_test.py::test_selu": "its float32 reference (np.exp(x) - 1) * scale "
+    "* alpha uses NumPy 2's float32 exp, which is 0.69 ulp off at x = -1 (NumPy 1.16's was "
+    "correctly rounded), so it is one ulp from the correctly rounded selu(-1) that jaxkeras "
+    "and TensorFlow 2.21 both return; rtol=1e-7 is below one float32 ulp there",
+    "tests/keras/engine/test_training.py::test_trainable_weights_count_consistency": "uses "
+    "pytest.warns(None), which pytest 8 removed",
+    "tests/keras/utils/generic_utils_test.py::test_func_dump_and_load_backwards_compat[argmax]": (
+        "dumps np.argmax's __code__; NumPy 1.25+ functions are dispatchers without __code__"
+    ),
+    "tests/integration_tests/preprocessing/text_test.py::test_tokenizer": "keras_preprocessing "
+    "1.1.2 builds a ragged NumPy array, which NumPy 1.24+ rejects",
+}
