@@ -71,12 +71,12 @@ def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable
 
 @op(name="zeros_like")
 def _zeros_like(x: Any, dtype: str | None) -> Any:
-    return jnp.zeros_like(x, dtype=dtype)
+    return jnp.zeros_like(np.asarray(x) if isinstance(x, (list, tuple)) else x, dtype=dtype)
 
 
 @op(name="ones_like")
 def _ones_like(x: Any, dtype: str | None) -> Any:
-    return jnp.ones_like(x, dtype=dtype)
+    return jnp.ones_like(np.asarray(x) if isinstance(x, (list, tuple)) else x, dtype=dtype)
 
 
 def zeros_like(x: TensorLike, dtype: Any = None, name: str | None = None) -> TensorLike:

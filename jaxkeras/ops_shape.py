@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras import tensors
 from jaxkeras.checks import (
     check_axes_of,
     check_axis_of,
@@ -309,10 +310,13 @@ def repeat_elements(x: TensorLike, rep: int, axis: int) -> TensorLike:
         axis: the axis.
 
     Returns:
-        A tensor.
+        A tensor; a symbolic one carries Keras's ``_keras_shape``, as in the TF backend.
     """
     rep = check_int("repeat_elements", "rep", rep)
-    return _repeat_elements(x, rep, check_axis_of("repeat_elements", "axis", x, axis))
+    result = _repeat_elements(x, rep, check_axis_of("repeat_elements", "axis", x, axis))
+    if isinstance(result, Symbolic):
+        result._keras_shape = int_shape(result)
+    return result
 
 
 @op
@@ -455,8 +459,8 @@ def one_hot(indices: TensorLike, num_classes: int) -> TensorLike:
 
 
 @op(name="size")
-def _size(x: Any) -> Any:
-    return jnp.asarray(jnp.size(x), dtype=jnp.int32)
+def _size(shape_vector: Any) -> Any:
+    return jnp.prod(jnp.asarray(shape_vector, jnp.int32)).astype(jnp.int32)
 
 
 def size(x: TensorLike, name: str | None = None) -> TensorLike:
@@ -467,6 +471,8 @@ def size(x: TensorLike, name: str | None = None) -> TensorLike:
         name: ignored (kept for Keras code).
 
     Returns:
-        A scalar int32 tensor (computed when the graph runs for unknown dimensions).
+        A scalar int32 tensor (computed when the graph runs for unknown dimensions). It is
+        computed from ``shape(x)``, so shape inference knows ``K.tile(t, K.stack([1,
+        K.size(x)]))`` and the like.
     """
-    return _size(x)
+    return _size(tensors.shape(x))

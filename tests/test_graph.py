@@ -258,3 +258,16 @@ def test_dtype_of_and_standardize_dtype():
     assert graph.standardize_dtype("float") == "float32"
     with pytest.raises(TypeError, match="dtype: unknown dtype 'floaty'"):
         graph.standardize_dtype("floaty")
+
+
+def test_list_operands_convert_to_the_tensor_dtype():
+    # a Keras Lambda layer's array arguments come back from JSON as lists; TF converts them
+    x = K.placeholder((None, 3))
+    mean, std = [0.5, 1.0, 2.0], (2, 4, 8)
+    y = (x - mean) / std
+    z = [1.0, 2.0, 3.0] * x
+    assert K.dtype(y) == "float32" and K.dtype(z) == "float32"
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got_y, got_z = K.function([x], [y, z])([value])
+    np.testing.assert_allclose(got_y, (value - np.array(mean)) / np.array(std), rtol=1e-6)
+    np.testing.assert_allclose(got_z, value * np.array([1.0, 2.0, 3.0]), rtol=1e-6)

@@ -196,3 +196,8 @@ def test_print_tensor_rejects_a_non_string_message():
 def test_py_all_and_py_sum_are_the_builtins():
     assert K.py_all([1, True]) and not K.py_all([1, 0])
     assert K.py_sum([1, 2, 3]) == 6 and K.py_sum([[1], [2]], []) == [1, 2]
+
+
+def test_zeros_and_ones_like_accept_lists():
+    np.testing.assert_array_equal(K.eval(K.zeros_like([1.5, 2.5])), np.zeros(2))
+    np.testing.assert_array_equal(K.eval(K.ones_like([[1, 2]])), np.ones((1, 2), np.int32))

@@ -255,3 +255,23 @@ def test_size():
 def test_get_variable_shape():
     assert K.get_variable_shape(K.variable(np.zeros((2, 5)))) == (2, 5)
     assert K.get_variable_shape(K.placeholder((None, 5))) == (None, 5)
+
+
+def test_repeat_elements_result_carries_keras_shape():
+    # the TF backend sets _keras_shape on repeat_elements results (Keras reads it)
+    y = K.repeat_elements(K.placeholder((2, None, 3)), 2, axis=1)
+    assert y._keras_shape == (2, None, 3)
+    z = K.repeat_elements(K.placeholder((2, 4, 3)), 2, axis=2)
+    assert z._keras_shape == (2, 4, 6)
+    assert not hasattr(K.abs(z), "_keras_shape")
+
+
+def test_tile_by_a_size_computed_from_an_unknown_shape():
+    # Keras 2.3.1's confusion-matrix metrics tile thresholds by K.size(y_pred)
+    x = K.placeholder((None, 3))
+    n = K.size(x)
+    t = K.tile(K.expand_dims(K.constant([0.5, 0.2]), 1), K.cast(K.stack([1, n]), "int32"))
+    assert K.int_shape(t) == (2, None) and K.int_shape(n) == ()
+    got, size = K.function([x], [t, n])([np.ones((4, 3), np.float32)])
+    np.testing.assert_array_equal(got, np.tile([[0.5], [0.2]], (1, 12)).astype(np.float32))
+    assert size == 12 and K.size(np.ones((2, 5))) == 10

@@ -167,8 +167,13 @@ def test_bookkeeping_predicates():
     t._keras_shape = (5, 2)
     assert t._keras_shape == (5, 2) and K.int_shape(t) == ()
     assert K.is_sparse(K.placeholder((2, 2), sparse=True)) and not K.is_sparse(p)
-    # Keras reads hasattr(t, "_uses_learning_phase"): only in_train_phase results carry it
-    assert not hasattr(t, "_uses_learning_phase") and not hasattr(p, "_uses_learning_phase")
+    # Keras tests hasattr(t, "_uses_learning_phase") and hasattr(t, "_keras_shape"): as in the
+    # TF backend, placeholders and variables have both, in_train_phase results the first, and
+    # other op results neither until someone sets them
+    assert p._uses_learning_phase is False and v._uses_learning_phase is False
+    assert v._keras_shape == () and p._keras_shape == (2,)
+    u = v + p
+    assert not hasattr(u, "_uses_learning_phase") and not hasattr(u, "_keras_shape")
     phased = K.in_train_phase(p * 2, p)
     assert phased._uses_learning_phase is True
     assert not hasattr(phased + 1, "_uses_learning_phase")

@@ -57,15 +57,6 @@ class Node:
         """Returns the static shape (TF-style spelling of ``.shape``)."""
         return self._shape
 
-    @property
-    def _keras_shape(self) -> tuple | None:
-        """The shape Keras-2 layers record (the static shape unless a layer set another)."""
-        return self.__dict__.get("_keras_shape_set", self._shape)
-
-    @_keras_shape.setter
-    def _keras_shape(self, value: tuple | None) -> None:
-        self.__dict__["_keras_shape_set"] = value
-
     def __hash__(self) -> int:
         return id(self)
 

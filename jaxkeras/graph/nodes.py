@@ -96,8 +96,10 @@ class Tensor(Symbolic):
     """A node of a symbolic graph: it knows its inputs, static shape and dtype, not its value.
 
     Attributes may be set freely (Keras stores ``_keras_shape``, ``_keras_history``,
-    ``_uses_learning_phase``, ...); jaxkeras sets ``_uses_learning_phase`` only where the
-    TensorFlow backend does (results of ``in_train_phase``/``rnn`` that depend on the phase).
+    ``_uses_learning_phase``, ...). As in the TensorFlow backend, placeholders and variables
+    carry ``_keras_shape`` and ``_uses_learning_phase = False`` from the start, results of
+    ``in_train_phase``/``rnn`` that depend on the phase carry ``_uses_learning_phase = True``,
+    and other tensors have neither attribute until someone sets it (Keras tests ``hasattr``).
 
     Args:
         shape: the static shape, ``None`` for unknown dimensions.
@@ -161,6 +163,8 @@ class Placeholder(Tensor):
         self, shape: tuple | None, dtype: str, name: str | None = None, sparse: bool = False
     ) -> None:
         super().__init__(shape, dtype, name, sparse=sparse)
+        self._keras_shape = self._shape
+        self._uses_learning_phase = False
 
 
 class VariableNode(Symbolic):
@@ -182,6 +186,8 @@ class VariableNode(Symbolic):
         self.name = name
         self._shape = tuple(shape)
         self._dtype = dtype
+        self._keras_shape = self._shape  # as the TensorFlow backend's variables
+        self._uses_learning_phase = False
         if sparse:
             self._sparse = True
             self._nse = nse
@@ -534,14 +540,26 @@ _OPERATORS = [
 ]
 
 
+def _operand(value: Any, like: Symbolic) -> Any:
+    """A Python list or tuple operand as an array of ``like``'s dtype where that converts
+    within its kind, as TF converts list operands (a Keras Lambda layer's arguments come back
+    from JSON as lists); other operands unchanged."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    array = np.asarray(value)
+    return (
+        array.astype(like._dtype) if np.can_cast(array.dtype, like._dtype, "same_kind") else array
+    )
+
+
 def _operator_methods(fn: Callable, label: str) -> tuple[Callable, Callable]:
     recorded = op(fn, name=label)
 
     def method(self, *other):
-        return recorded(self, *other)
+        return recorded(self, *(_operand(o, self) for o in other))
 
     def reflected(self, other):
-        return recorded(other, self)
+        return recorded(_operand(other, self), self)
 
     return method, reflected
 
