@@ -14,8 +14,10 @@ puts back exactly these names, each only if it is missing:
   keras_preprocessing, which Keras 2.3.1 re-exports).
 
 HDF5: Keras 2.3.1 writes string attributes as bytes and calls ``.decode`` on what it reads back,
-but h5py 3 returns ``str`` (and object arrays of ``str``). When h5py is installed, reading an
-attribute *from Keras's own modules* returns bytes again; every other caller gets h5py's values.
+but h5py 3 returns ``str`` (and object arrays of ``str``) for them, where h5py 2 returned bytes.
+When h5py is installed, reading such an attribute (a variable-length ASCII string, which is what
+bytes are stored as) *from Keras's own modules* returns bytes again, as h5py 2 did; attributes
+written as ``str`` (UTF-8) stay ``str``, and every other caller gets h5py's values.
 
 It also makes jaxkeras follow Keras's own floatx / epsilon / image_data_format settings, which
 Keras keeps in ``keras.backend.common``, and makes ``keras.optimizers.get`` (which
@@ -88,6 +90,7 @@ def _as_bytes(value: Any) -> Any:
 
 def _keras_reads_bytes() -> None:
     try:
+        from h5py import h5t
         from h5py._hl.attrs import AttributeManager
     except ImportError:
         return
@@ -98,7 +101,11 @@ def _keras_reads_bytes() -> None:
     def getitem(self: Any, name: str) -> Any:
         value = read(self, name)
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        return _as_bytes(value) if caller.startswith("keras.") else value
+        if not caller.startswith("keras."):
+            return value
+        kind = self.get_id(name).get_type()
+        ascii_text = isinstance(kind, h5t.TypeStringID) and kind.get_cset() == h5t.CSET_ASCII
+        return _as_bytes(value) if ascii_text else value
 
     getitem._jaxkeras = True
     AttributeManager.__getitem__ = getitem
