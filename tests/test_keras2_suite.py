@@ -75,8 +75,8 @@ def test_keras_test_tree_passes(tmp_path):
     counts = collections.Counter(outcomes.values())
     assert counts["passed"] > 900, f"only {counts['passed']} Keras tests passed"
     failed = sorted(name for name, outcome in outcomes.items() if outcome == "failed")
-    assert not failed, (
-        f"{len(failed)} Keras tests failed:\n" + "\n".join(failed) + out.stdout[-5000:]
+    assert not failed, "\n".join(
+        [f"{len(failed)} Keras tests failed:", *failed, "", out.stdout[-5000:]]
     )
     tests = [key for key in EXCLUDED if "::" in key]
     not_excluded = [key for key in tests if outcomes.get(key) != "xfailed"]
