@@ -6,6 +6,7 @@ themselves. These names exist so that Keras-2 code runs unchanged.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,13 +18,15 @@ def clear_session() -> None:
     """Resets the session state: ``get_uid`` counters, the learning phase, the shape cache,
     and the compiled executables of every ``K.function``.
 
-    This is the one reset path of jaxkeras's global state. Variables created before stay valid
-    and keep their values (each value is freed when its variable is garbage-collected);
-    functions keep working (they compile again on their next call).
+    This is the one reset path of jaxkeras's global state. Variables still in use stay valid
+    and keep their values; functions keep working (they compile again on their next call).
+    Unreachable ones (Keras models hold theirs in reference cycles) are garbage-collected now,
+    so their values leave the store and their names are free again.
     """
     state.reset_uids()
     graph.reset()
     release_compiled()
+    gc.collect()
 
 
 class Session:

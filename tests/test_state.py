@@ -1,5 +1,7 @@
 """Variables, the store, updates and bookkeeping names."""
 
+import gc
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,6 +191,22 @@ def test_uids_and_clear_session():
     assert K.get_uid("dense") == 1
     assert K.is_tensor(K.learning_phase())  # learning phase reset
     np.testing.assert_array_equal(K.get_value(v), [1.0])  # variables stay valid
+
+
+def test_clear_session_collects_unreachable_variables():
+    class Layer:  # a Keras-like object in a reference cycle with its variable
+        def __init__(self):
+            self.kernel = K.variable(np.ones(3), name="cyclic")
+            self.kernel.owner = self
+
+    gc.disable()  # only clear_session may collect the cycle
+    try:
+        Layer()
+        assert K.variable(np.ones(3), name="cyclic").name != "cyclic"  # still taken
+        K.clear_session()
+    finally:
+        gc.enable()
+    assert K.variable(np.ones(3), name="cyclic").name == "cyclic"
 
 
 def test_session_compatibility_objects():
