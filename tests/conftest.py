@@ -23,9 +23,8 @@ def _fresh_session():
     import jaxkeras as K
 
     x64 = jax.config.jax_enable_x64
-    K.clear_session()
+    K.clear_session()  # once per test: it also collects garbage (~0.1 s)
     yield
-    K.clear_session()
     if jax.config.jax_enable_x64 != x64:  # a 64-bit dtype turns x64 on for the process
         jax.config.update("jax_enable_x64", x64)
     settings = (K.floatx(), K.epsilon(), K.image_data_format())
