@@ -72,7 +72,7 @@ class _Input:
         """
         if self.sparse:
             return to_sparse_value(value, self.tensor.dtype)
-        if type(value) in _ARRAY_TYPES and value.dtype == self.dtype and value.shape == self._fits:
+        if type(value) in _ARRAY_TYPES and value.dtype is self.dtype and value.shape == self._fits:
             return value
         if isinstance(value, (np.ndarray, jax.Array)) and value.dtype == self.dtype:
             array = value
@@ -147,6 +147,7 @@ class Function:
         self._feeders = [None if isinstance(x, LearningPhase) else _Input(x) for x in self.inputs]
         phases = [i for i, x in enumerate(self.inputs) if isinstance(x, LearningPhase)]
         self._phase_at = phases[-1] if phases else None
+        self._plain = not phases  # every input is fed a value to check
         roots = self.outputs + [u.payload for u in self.updates]
         nodes = topological_order(roots, None, dict.fromkeys(self._feed_inputs))
         read = {n.name for n in nodes if isinstance(n, Variable)}
@@ -159,6 +160,10 @@ class Function:
         self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
         self._random = graph.random_nodes(roots)
         self._n_outputs = len(self.outputs)
+        self._n_inputs = len(self.inputs)
+        # How an output becomes NumPy: a copy, unless a trace finds sparse outputs or the
+        # outputs may span several processes (then ``state.to_numpy`` densifies or gathers).
+        self._convert: Any = np.array
         self.trace_count = 0
         self._compiled: dict[int, Any] = {}
         _FUNCTIONS.add(self)
@@ -220,6 +225,8 @@ class Function:
         }
         ctx = Context(state=state, learning_phase=phase, keys=keys)
         outputs, new = self._evaluate(ctx, feeds)
+        if any(map(graph.is_bcoo, outputs)):
+            self._convert = to_numpy
         return _laid_out(outputs, self._updated, new)
 
     def _compile(self, phase: int, args: tuple) -> Any:
@@ -243,6 +250,8 @@ class Function:
             )
             return (*outputs, *new)
 
+        if jax.process_count() > 1:
+            self._convert = to_numpy
         compiled = jax.jit(run, donate_argnums=tuple(range(n_up)))
         if self._updated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
             compiled = jax.jit(run)
@@ -262,20 +271,27 @@ class Function:
     def _feeds(self, inputs: Sequence[Any]) -> tuple[int, list]:
         """Returns the learning phase and the checked feeds for a call on ``inputs``, placed by
         the distribution in effect."""
-        if type(inputs) not in (list, tuple):
-            inputs = [inputs] if len(self.inputs) == 1 else inputs
-        if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self.inputs):
-            raise ValueError(
-                f"function expects a list of {len(self.inputs)} values "
-                f"(for {[x.name for x in self.inputs]}), got {inputs!r}"
-            )
+        if type(inputs) not in _SEQUENCES:
+            inputs = [inputs] if self._n_inputs == 1 else inputs
+            if not isinstance(inputs, (list, tuple)):
+                raise self._count_error(inputs)
+        if len(inputs) != self._n_inputs:
+            raise self._count_error(inputs)
         if self._phase_at is None:
             phase = PHASE.value or 0
-            feeds = [f.feed(v) for f, v in zip(self._feeders, inputs)]
+            feeds = list(map(_Input.feed, self._feeders, inputs))
         else:
             phase = _check_phase(inputs[self._phase_at])
             feeds = [f.feed(v) for f, v in zip(self._feeders, inputs) if f is not None]
-        return phase, _distributed(feeds)
+        if DISTRIBUTION.active:
+            feeds = DISTRIBUTION.current().place_feeds(feeds)
+        return phase, feeds
+
+    def _count_error(self, inputs: Any) -> ValueError:
+        return ValueError(
+            f"function expects a list of {self._n_inputs} values "
+            f"(for {[x.name for x in self.inputs]}), got {inputs!r}"
+        )
 
     def lower(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
         """Lowers the compiled function for ``inputs`` without running it (to inspect its HLO,
@@ -305,28 +321,36 @@ class Function:
                 learning-phase feed other than 0 or 1.
             TypeError: for a feed that cannot be cast to its input's dtype.
         """
-        phase, feeds = self._feeds(inputs)
+        if type(inputs) in _SEQUENCES and len(inputs) == self._n_inputs and self._plain:
+            # the common case, checked with the fewest Python calls (see _feeds)
+            phase = PHASE.value or 0
+            feeds = list(map(_Input.feed, self._feeders, inputs))
+            if DISTRIBUTION.active:
+                feeds = DISTRIBUTION.current().place_feeds(feeds)
+        else:
+            phase, feeds = self._feeds(inputs)
         compiled = self._compiled.get(phase)
         if self._random:
             feeds.insert(0, STORE.take_runs(self._random))
-        values = STORE.values
-        lock = STORE.lock
+        values, lock, n_out = STORE.values, STORE.lock, self._n_outputs
+        # Outputs are converted under the lock: one may be a stored value itself (JAX forwards
+        # an input returned unchanged), which another thread's call could donate.
         if self._updated:
             lock.acquire_write()
             try:
-                args = (*self._get_state(values), *feeds)
-                compiled = compiled or self._compile(phase, args)
-                results = compiled(*args)
-                values.update(zip(self._updated, results[self._n_outputs :]))
-                outputs = list(map(_to_numpy, results[: self._n_outputs]))
+                if compiled is None:
+                    compiled = self._compile(phase, (*self._get_state(values), *feeds))
+                results = compiled(*self._get_state(values), *feeds)
+                values.update(zip(self._updated, results[n_out:]))
+                outputs = list(map(self._convert, results[:n_out]))
             finally:
                 lock.release_write()
         else:
             lock.acquire_read()
             try:
-                args = (*self._get_kept(values), *feeds)
-                compiled = compiled or self._compile(phase, args)
-                outputs = list(map(_to_numpy, compiled(*args)))
+                if compiled is None:
+                    compiled = self._compile(phase, (*self._get_kept(values), *feeds))
+                outputs = list(map(self._convert, compiled(*self._get_kept(values), *feeds)))
             finally:
                 lock.release_read()
         if self._scalars:
@@ -334,13 +358,9 @@ class Function:
         return outputs[0] if self._single else outputs
 
 
-def _to_numpy(value: Any) -> np.ndarray:
-    """A NumPy copy of an output (writable, owning its data, as Keras 2 returned them)."""
-    return np.array(value) if type(value) is _ARRAY_TYPE else to_numpy(value)
-
-
 _ARRAY_TYPE = xla_client.ArrayImpl  # jax.Array's type, named without starting a backend
 _ARRAY_TYPES = (np.ndarray, _ARRAY_TYPE)
+_SEQUENCES = (list, tuple)
 
 
 def _getter(names: list[str]) -> Any:
@@ -351,12 +371,6 @@ def _getter(names: list[str]) -> Any:
     if len(names) == 1:
         return lambda values: (pick(values),)
     return pick
-
-
-def _distributed(feeds: list) -> list:
-    """The feeds of a call, placed by the distribution in effect (unchanged without one)."""
-    distribution = DISTRIBUTION.current()
-    return feeds if distribution is None else distribution.place_feeds(feeds)
 
 
 def _laid_out(outputs: list, names: list[str], new: dict[str, Any]) -> tuple[list, list]:

@@ -16,6 +16,7 @@ import threading
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from threading import get_ident
 from typing import Any
 
 import jax
@@ -46,7 +47,7 @@ class RWLock:
         self._readers = 0
         self._writer: int | None = None
         self._depth = 0
-        self._local = threading.local()
+        self._local = _Reads()
         self._shared = _Held(self.acquire_read, self.release_read)
         self._exclusive = _Held(self.acquire_write, self.release_write)
 
@@ -63,8 +64,8 @@ class RWLock:
         """Holds the lock shared (prefer ``with lock.read():``; a hot path may pair this with
         :meth:`release_read` in ``try``/``finally``)."""
         local = self._local
-        depth = getattr(local, "reads", 0)
-        if depth or self._writer == threading.get_ident():
+        depth = local.reads
+        if depth or self._writer == get_ident():
             with self._count:
                 self._readers += 1
         else:
@@ -82,18 +83,27 @@ class RWLock:
 
     def acquire_write(self) -> None:
         """Holds the lock exclusively (see :meth:`write`)."""
-        me = threading.get_ident()
+        me = get_ident()
         if self._writer == me:
             self._depth += 1
             return
-        if getattr(self._local, "reads", 0):
-            raise RuntimeError("a thread that reads the variable store cannot write it")
-        self._gate.acquire()
+        if not self._gate.acquire(False):  # another writer, or a reader passing the gate
+            self._refuse_reader()
+            self._gate.acquire()
         if self._readers:  # holding the gate, only readers already inside can be counted
+            try:
+                self._refuse_reader()
+            except RuntimeError:
+                self._gate.release()
+                raise
             with self._count:
                 while self._readers:
                     self._drained.wait()
         self._writer, self._depth = me, 1
+
+    def _refuse_reader(self) -> None:
+        if self._local.reads:
+            raise RuntimeError("a thread that reads the variable store cannot write it")
 
     def release_write(self) -> None:
         """Releases an exclusive hold."""
@@ -101,6 +111,12 @@ class RWLock:
         if not self._depth:
             self._writer = None
             self._gate.release()
+
+
+class _Reads(threading.local):
+    """How many shared holds of a :class:`RWLock` this thread has."""
+
+    reads = 0
 
 
 class _Held:

@@ -132,16 +132,35 @@ class _Scopes(threading.local):
 
 
 class _Distribution:
-    """The distribution in effect: this thread's innermost scope, else the process-wide one."""
+    """The distribution in effect: this thread's innermost scope, else the process-wide one.
+
+    Attributes:
+        active: whether a distribution may be in effect in some thread (a process-wide one
+            is set, or a scope is open); when False, :meth:`current` is ``None`` everywhere.
+    """
 
     def __init__(self) -> None:
-        self.default: Distributor | None = None
+        self._default: Distributor | None = None
         self._scopes = _Scopes()
+        self._open = 0  # scopes open in any thread
+        self._open_lock = threading.Lock()
+        self.active = False
+
+    @property
+    def default(self) -> Distributor | None:
+        """The process-wide distribution (``None``: one device)."""
+        return self._default
+
+    @default.setter
+    def default(self, distributor: Distributor | None) -> None:
+        with self._open_lock:
+            self._default = distributor
+            self.active = bool(self._open) or distributor is not None
 
     def current(self) -> Distributor | None:
         """Returns the distribution in effect in this thread (``None``: one device)."""
         stack = self._scopes.stack
-        return stack[-1] if stack else self.default
+        return stack[-1] if stack else self._default
 
     @contextlib.contextmanager
     def scoped(self, distributor: Distributor) -> Iterator[None]:
@@ -151,11 +170,18 @@ class _Distribution:
             distributor: the distribution.
         """
         stack = self._scopes.stack
+        self._count_open(1)
         stack.append(distributor)
         try:
             yield
         finally:
             stack.pop()
+            self._count_open(-1)
+
+    def _count_open(self, step: int) -> None:
+        with self._open_lock:
+            self._open += step
+            self.active = bool(self._open) or self._default is not None
 
 
 DISTRIBUTION = _Distribution()
