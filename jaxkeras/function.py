@@ -70,10 +70,10 @@ class _Input:
             ValueError: when its shape does not fit, or a cast to an integer type would turn
                 NaN or infinity into garbage.
         """
+        if type(value) in _ARRAY_TYPES and value.dtype is self.dtype and value.shape == self._fits:
+            return value  # never for a sparse input: its _fits stays None
         if self.sparse:
             return to_sparse_value(value, self.tensor.dtype)
-        if type(value) in _ARRAY_TYPES and value.dtype is self.dtype and value.shape == self._fits:
-            return value
         if isinstance(value, (np.ndarray, jax.Array)) and value.dtype == self.dtype:
             array = value
         else:
@@ -153,6 +153,7 @@ class Function:
         read = {n.name for n in nodes if isinstance(n, Variable)}
         self._updated = list(dict.fromkeys(u.variable.name for u in self.updates))
         self._kept = sorted(read.difference(self._updated))
+        self._sole_update = self._updated[0] if len(self._updated) == 1 else None
         self.variable_names = sorted(read.union(self._updated))
         self._get_kept = _getter(self._kept)
         self._get_state = _getter(self._updated + self._kept)
@@ -341,8 +342,15 @@ class Function:
                 if compiled is None:
                     compiled = self._compile(phase, (*self._get_state(values), *feeds))
                 results = compiled(*self._get_state(values), *feeds)
-                values.update(zip(self._updated, results[n_out:]))
-                outputs = list(map(self._convert, results[:n_out]))
+                # (one variable and one output are common and, measured, worth their branches)
+                if self._sole_update is None:
+                    values.update(zip(self._updated, results[n_out:]))
+                else:
+                    values[self._sole_update] = results[n_out]
+                if n_out == 1:
+                    outputs = [self._convert(results[0])]
+                else:
+                    outputs = list(map(self._convert, results[:n_out]))
             finally:
                 lock.release_write()
         else:

@@ -85,7 +85,7 @@ class RWLock:
         """Holds the lock exclusively (see :meth:`write`)."""
         me = get_ident()
         if self._writer == me:
-            self._depth += 1
+            self._depth += 1  # holds beyond the first
             return
         if not self._gate.acquire(False):  # another writer, or a reader passing the gate
             self._refuse_reader()
@@ -99,7 +99,7 @@ class RWLock:
             with self._count:
                 while self._readers:
                     self._drained.wait()
-        self._writer, self._depth = me, 1
+        self._writer = me
 
     def _refuse_reader(self) -> None:
         if self._local.reads:
@@ -107,8 +107,9 @@ class RWLock:
 
     def release_write(self) -> None:
         """Releases an exclusive hold."""
-        self._depth -= 1
-        if not self._depth:
+        if self._depth:
+            self._depth -= 1
+        else:
             self._writer = None
             self._gate.release()
 
