@@ -1,6 +1,6 @@
 """Per-call overhead of ``K.function`` and of eager ops, against plain JAX with the same contract.
 
-Four figures, each a ratio measured in one run with the calls of both sides interleaved (CPU
+Five figures, each a ratio measured in one run with the calls of both sides interleaved (CPU
 time of the process, steadier than wall time on a shared machine):
 
 1. a tiny compiled function (a 4x4 dot and one update, NumPy in, NumPy out) against a
@@ -8,7 +8,9 @@ time of the process, steadier than wall time on a shared machine):
 2. eager ``K.sum(K.square(x) + 1)`` on a ``jax.Array`` against the same ``jax.numpy`` code;
 3. a function with 10, 100 and 1,000 variables (each updated) against ``jax.jit`` on a list of
    as many donated arrays, and the cost per variable (the slope from 10 to 1,000);
-4. the memory a compiled train step needs (XLA's buffer assignment: arguments + outputs -
+4. the same for a predict-like function that reads 10, 100 and 1,000 variables and updates none,
+   against ``jax.jit`` on a list of as many arrays;
+5. the memory a compiled train step needs (XLA's buffer assignment: arguments + outputs -
    donated aliases + temporaries) against the hand-written step with the state donated.
 
 Run: ``python benchmarks/bench_overhead.py [--quick]``, or through ``benchmarks/run_all.py``.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -97,20 +100,38 @@ def _many_variables(n: int):
     return (lambda: f([])), by_hand
 
 
-def variable_scaling(rounds: int, number: int) -> list[Row]:
-    """Per-call cost with 10, 100 and 1,000 variables, and the cost per variable."""
+def _many_reads(n: int):
+    """A predict-like ``K.function`` reading ``n`` variables (updating none) and the same
+    ``jax.jit`` function on a list of as many arrays, both fed and returning NumPy."""
+    variables = [K.variable(np.full(4, i, np.float32)) for i in range(n)]
+    x = K.placeholder((4,))
+    f = K.function([x], [functools.reduce(operator.add, variables, x)])
+
+    @jax.jit
+    def predict(values, x):
+        return functools.reduce(operator.add, values, x)
+
+    values = [jnp.full(4, i, jnp.float32) for i in range(n)]
+    feed = np.ones(4, np.float32)
+    np.testing.assert_array_equal(f([feed])[0], np.array(predict(values, feed)))
+    return (lambda: f([feed])), (lambda: [np.array(predict(values, np.asarray(feed, np.float32)))])
+
+
+def _scaling(make, what: str, reference: str, rounds: int, number: int) -> list[Row]:
+    """Per-call cost of ``make(n)``'s two callables for 10, 100 and 1,000 variables, and the
+    cost per variable (the slope from 10 to 1,000)."""
     counts = (10, 100, 1000)
     fns = {}
     for n in counts:
-        fns[f"K{n}"], fns[f"jax{n}"] = _many_variables(n)
+        fns[f"K{n}"], fns[f"jax{n}"] = make(n)
     times = interleaved(fns, rounds, number, clock="cpu")
     rows = [
         ratio_row(
-            f"`K.function` call, {n} variables updated",
+            f"`K.function` call, {n} variables {what}",
             times[f"K{n}"],
             times[f"jax{n}"],
             None,
-            "vs `jax.jit` on a donated list",
+            reference,
         )
         for n in counts
     ]
@@ -120,7 +141,7 @@ def variable_scaling(rounds: int, number: int) -> list[Row]:
     slope, ref_slope = float(np.median(ours)) * 1e6, float(np.median(ref)) * 1e6
     rows.append(
         Row(
-            "per-call cost per variable (slope 10 → 1,000)",
+            f"per-call cost per variable {what} (slope 10 → 1,000)",
             f"{slope:.2f} µs",
             f"{ref_slope:.2f} µs",
             [a / b for a, b in zip(ours, ref)],
@@ -129,6 +150,17 @@ def variable_scaling(rounds: int, number: int) -> list[Row]:
         )
     )
     return rows
+
+
+def variable_scaling(rounds: int, number: int) -> list[Row]:
+    """Per-call cost with 10, 100 and 1,000 variables updated, and the cost per variable."""
+    return _scaling(_many_variables, "updated", "vs `jax.jit` on a donated list", rounds, number)
+
+
+def read_scaling(rounds: int, number: int) -> list[Row]:
+    """Per-call cost with 10, 100 and 1,000 variables read (none updated), and the cost per
+    variable."""
+    return _scaling(_many_reads, "read", "vs `jax.jit` on a list", rounds, number)
 
 
 def _peak_bytes(compiled) -> int:
@@ -198,6 +230,7 @@ def main(quick: bool = False) -> list[Row]:
         eager_overhead(rounds, 200 if quick else 500),
     ]
     rows += variable_scaling(rounds, 20 if quick else 50)
+    rows += read_scaling(rounds, 20 if quick else 50)
     rows.append(train_step_memory())
     return rows
 
