@@ -38,16 +38,18 @@ class RWLock:
     ``with lock.read():`` holds it shared, ``with lock.write():`` exclusively. A writer holds a
     gate that new readers pass through, then waits for the readers inside to leave, so writers
     do not starve; a thread that already reads may read again, and the writer's thread may read.
+
+    The readers inside are a list of thread ids, one entry per shared hold: appending and
+    removing are atomic under the GIL, so an uncontended hold costs no lock but the gate.
     """
 
     def __init__(self) -> None:
         self._gate = threading.Lock()
-        self._count = threading.Lock()
-        self._drained = threading.Condition(self._count)
-        self._readers = 0
+        self._drained = threading.Condition(threading.Lock())
+        self._inside: list[int] = []
+        self._waiting = False  # a writer waits for the readers inside to leave
         self._writer: int | None = None
         self._depth = 0
-        self._local = _Reads()
         self._shared = _Held(self.acquire_read, self.release_read)
         self._exclusive = _Held(self.acquire_write, self.release_write)
 
@@ -63,22 +65,18 @@ class RWLock:
     def acquire_read(self) -> None:
         """Holds the lock shared (prefer ``with lock.read():``; a hot path may pair this with
         :meth:`release_read` in ``try``/``finally``)."""
-        local = self._local
-        depth = local.reads
-        if depth or self._writer == get_ident():
-            with self._count:
-                self._readers += 1
+        me = get_ident()
+        if me in self._inside or self._writer == me:  # a waiting writer must not block it
+            self._inside.append(me)
         else:
-            with self._gate, self._count:
-                self._readers += 1
-        local.reads = depth + 1
+            with self._gate:
+                self._inside.append(me)
 
     def release_read(self) -> None:
         """Releases a shared hold."""
-        self._local.reads -= 1
-        with self._count:
-            self._readers -= 1
-            if not self._readers:
+        self._inside.remove(get_ident())
+        if self._waiting:  # read after the removal: a writer that saw this reader is told
+            with self._drained:
                 self._drained.notify_all()
 
     def acquire_write(self) -> None:
@@ -88,21 +86,23 @@ class RWLock:
             self._depth += 1  # holds beyond the first
             return
         if not self._gate.acquire(False):  # another writer, or a reader passing the gate
-            self._refuse_reader()
+            self._refuse_reader(me)
             self._gate.acquire()
-        if self._readers:  # holding the gate, only readers already inside can be counted
+        if self._inside:  # holding the gate, only readers already inside can be counted
             try:
-                self._refuse_reader()
+                self._refuse_reader(me)
             except RuntimeError:
                 self._gate.release()
                 raise
-            with self._count:
-                while self._readers:
+            with self._drained:
+                self._waiting = True  # set before looking, so a leaving reader notifies
+                while self._inside:
                     self._drained.wait()
+                self._waiting = False
         self._writer = me
 
-    def _refuse_reader(self) -> None:
-        if self._local.reads:
+    def _refuse_reader(self, me: int) -> None:
+        if me in self._inside:
             raise RuntimeError("a thread that reads the variable store cannot write it")
 
     def release_write(self) -> None:
@@ -112,12 +112,6 @@ class RWLock:
         else:
             self._writer = None
             self._gate.release()
-
-
-class _Reads(threading.local):
-    """How many shared holds of a :class:`RWLock` this thread has."""
-
-    reads = 0
 
 
 class _Held:
