@@ -10,7 +10,6 @@ read hold it shared, so they run concurrently.
 
 from __future__ import annotations
 
-import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -20,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.experimental import sparse
-from jaxlib import xla_client
 
 from jaxkeras import graph
 from jaxkeras.graph import (
+    ARRAY_TYPE,
     DISTRIBUTION,
     PHASE,
     Context,
@@ -36,6 +35,7 @@ from jaxkeras.graph import (
     op,
     topological_order,
 )
+from jaxkeras.packing import ReadPack, getter
 from jaxkeras.state import (
     STORE,
     Update,
@@ -155,8 +155,18 @@ class Function:
         self._kept = sorted(read.difference(self._updated))
         self._sole_update = self._updated[0] if len(self._updated) == 1 else None
         self.variable_names = sorted(read.union(self._updated))
-        self._get_kept = _getter(self._kept)
-        self._get_state = _getter(self._updated + self._kept)
+        # the variables read only: passed one by one, or the small ones packed (see packing)
+        with STORE.lock.read():
+            self._pack = ReadPack.plan(self._kept, STORE.values)
+        if self._pack is None:
+            self._get_kept = getter(self._kept)
+            self._get_state = getter(self._updated + self._kept)
+            self._n_kept = len(self._kept)
+        else:
+            singles = self._pack.singles
+            self._get_kept = self._pack.args(getter(singles))
+            self._get_state = self._pack.args(getter(self._updated + singles))
+            self._n_kept = self._pack.n_args
         self._scalars = any(not s for s in map(graph.static_shape, self.outputs))
         self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
         self._random = graph.random_nodes(roots)
@@ -220,7 +230,7 @@ class Function:
     def _traced(self, phase: int, donated: list, kept: list, rng: Any, feeds: list) -> Any:
         self.trace_count += 1
         state = dict(zip(self._updated, donated))
-        state.update(zip(self._kept, kept))
+        state.update(zip(self._kept, kept) if self._pack is None else self._pack.unpack(kept))
         keys = {
             node: derive_key(rng[0], node._seed, rng[i + 1]) for i, node in enumerate(self._random)
         }
@@ -241,7 +251,7 @@ class Function:
         e.g. via ``print_tensor``): such a call can fail while it runs, after donation, and
         would leave the variables without values. Errors found while tracing change nothing.
         """
-        n_up, n_kept, n_rng = len(self._updated), len(self._kept), int(bool(self._random))
+        n_up, n_kept, n_rng = len(self._updated), self._n_kept, int(bool(self._random))
         first_feed = n_up + n_kept + n_rng
 
         def run(*flat):
@@ -260,8 +270,11 @@ class Function:
         return compiled
 
     def release(self) -> None:
-        """Drops the compiled executables (the next call compiles again)."""
+        """Drops the compiled executables (the next call compiles again) and the packed
+        values."""
         self._compiled = {}
+        if self._pack is not None:
+            self._pack.release()
 
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
@@ -366,19 +379,8 @@ class Function:
         return outputs[0] if self._single else outputs
 
 
-_ARRAY_TYPE = xla_client.ArrayImpl  # jax.Array's type, named without starting a backend
-_ARRAY_TYPES = (np.ndarray, _ARRAY_TYPE)
+_ARRAY_TYPES = (np.ndarray, ARRAY_TYPE)
 _SEQUENCES = (list, tuple)
-
-
-def _getter(names: list[str]) -> Any:
-    """A function of a dict returning the list of its values at ``names`` (in C, per call)."""
-    if not names:
-        return lambda values: ()
-    pick = operator.itemgetter(*names)
-    if len(names) == 1:
-        return lambda values: (pick(values),)
-    return pick
 
 
 def _laid_out(outputs: list, names: list[str], new: dict[str, Any]) -> tuple[list, list]:

@@ -29,6 +29,7 @@ from jaxkeras.graph.grad import GradNode, gradient_nodes
 from jaxkeras.graph.infer import SHAPE_CACHE
 from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
 from jaxkeras.graph.nodes import (
+    ARRAY_TYPE,
     ItemTensor,
     MultiOpTensor,
     OpTensor,
@@ -53,6 +54,7 @@ from jaxkeras.graph.runtime import (
 from jaxkeras.graph.sparse import is_bcoo
 
 __all__ = [
+    "ARRAY_TYPE",
     "DISTRIBUTION",
     "PHASE",
     "SHAPE_CACHE",

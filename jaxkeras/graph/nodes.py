@@ -420,9 +420,12 @@ def _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase) -
     return jax.tree_util.tree_unflatten(out_tree, items)
 
 
+ARRAY_TYPE = xla_client.ArrayImpl
+"""``jax.Array``'s concrete type, named without starting a JAX backend."""
+
 _CONCRETE_TYPES = frozenset(
     {
-        xla_client.ArrayImpl,  # jax.Array's type, named without starting a JAX backend
+        ARRAY_TYPE,
         np.ndarray,
         int,
         float,
