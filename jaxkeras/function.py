@@ -3,9 +3,11 @@ and ``K.eval``.
 
 A :class:`Function` lowers its graph to one pure function and calls its ``jax.jit``
 compilation with positional lists: the values of the variables it updates (donated), those it
-only reads, a table of random-run counts, and the feeds. Calls that update variables hold the
-store's lock exclusively from reading the state to committing the new one; calls that only
-read hold it shared, so they run concurrently.
+only reads (many small ones packed into one buffer per dtype: see :mod:`jaxkeras.packing`), a
+table of random-run counts, and the feeds. Calls that update variables hold the store's lock
+exclusively from reading the state to committing the new one; calls that only read hold it
+shared, so they run concurrently. A call does as little as it can in Python (JAX's own dispatch
+is most of a small call): what can be decided when the function is built is decided then.
 """
 
 from __future__ import annotations
@@ -244,7 +246,7 @@ class Function:
         """Compiles (traces now, on ``args``) the graph for ``phase``.
 
         The compiled function takes flat positional arguments (the updated variables' values,
-        donated; the read-only ones; the random-run table when the graph draws; the feeds) and
+        donated; the read-only ones, some packed; the random-run table when the graph draws; the feeds) and
         returns a flat tuple (outputs, then new values), which is what JAX's C++ dispatch
         handles fastest. The updated variables' buffers are donated, unless the traced graph
         calls back into Python (``jax.pure_callback``, ``io_callback``, ``jax.debug.callback``,
