@@ -243,15 +243,17 @@ class Function:
         return _laid_out(outputs, self._updated, new)
 
     def _compile(self, phase: int, args: tuple) -> Any:
-        """Compiles (traces now, on ``args``) the graph for ``phase``.
+        """Compiles the graph for ``phase`` (a function that updates variables is traced now,
+        on ``args``; one that only reads is traced by its first call).
 
         The compiled function takes flat positional arguments (the updated variables' values,
-        donated; the read-only ones, some packed; the random-run table when the graph draws; the feeds) and
-        returns a flat tuple (outputs, then new values), which is what JAX's C++ dispatch
-        handles fastest. The updated variables' buffers are donated, unless the traced graph
-        calls back into Python (``jax.pure_callback``, ``io_callback``, ``jax.debug.callback``,
-        e.g. via ``print_tensor``): such a call can fail while it runs, after donation, and
-        would leave the variables without values. Errors found while tracing change nothing.
+        donated; the read-only ones, some packed; the random-run table when the graph draws;
+        the feeds) and returns a flat tuple (outputs, then new values), which is what JAX's
+        C++ dispatch handles fastest. The updated variables' buffers are donated, unless the
+        traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
+        ``jax.debug.callback``, e.g. via ``print_tensor``): such a call can fail while it runs,
+        after donation, and would leave the variables without values. Errors found while
+        tracing change nothing.
         """
         n_up, n_kept, n_rng = len(self._updated), self._n_kept, int(bool(self._random))
         first_feed = n_up + n_kept + n_rng
@@ -373,7 +375,8 @@ class Function:
             try:
                 if compiled is None:
                     compiled = self._compile(phase, (*self._get_kept(values), *feeds))
-                outputs = list(map(self._convert, compiled(*self._get_kept(values), *feeds)))
+                results = compiled(*self._get_kept(values), *feeds)  # a first call traces
+                outputs = list(map(self._convert, results))  # so look up _convert after it
             finally:
                 lock.release_read()
         if self._scalars:

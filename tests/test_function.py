@@ -284,6 +284,40 @@ def test_random_and_read_only_functions_compile_once():
     assert len({d.tobytes() for d in draws}) == 20
 
 
+def test_every_way_of_passing_feeds_shares_one_compilation():
+    x = K.placeholder((2, 2))
+    v = K.variable(np.eye(2))
+    f = K.function([x], K.dot(x, v) + 1.0)  # one output, not a list
+    want = np.array([[2.0, 3.0], [4.0, 5.0]], np.float32)
+    feed = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    for inputs in (feed, [feed], (feed,), [jnp.asarray(feed)], [feed.tolist()], [feed * 1.0]):
+        out = f(inputs)
+        assert type(out) is np.ndarray
+        np.testing.assert_array_equal(out, want)
+    assert f.trace_count == 1
+    y = K.placeholder((2,), dtype="int32")
+    g = K.function((x, y), [ksum(x, axis=0), y * 2], updates=[K.update_add(v, x)])
+    first, doubled = g((feed, np.array([1, 2], np.int64)))
+    np.testing.assert_array_equal(first, [4.0, 6.0])
+    np.testing.assert_array_equal(doubled, [2, 4])
+    assert doubled.dtype == np.int32
+    g([jnp.asarray(feed), [3, 4]])
+    assert g.trace_count == 1
+    np.testing.assert_array_equal(K.get_value(v), np.eye(2) + 2 * feed)
+    with pytest.raises(ValueError, match=r"expects a list of 2 values"):
+        g([feed])
+
+
+def test_sparse_outputs_come_out_dense():
+    x = K.placeholder((2, 3), sparse=True)
+    f = K.function([x], [x, K.to_dense(x) * 2])
+    dense = np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]], np.float32)
+    out, doubled = f([dense])
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, dense)
+    np.testing.assert_array_equal(doubled, 2 * dense)
+
+
 def test_outputs_are_writable_numpy_arrays_that_own_their_data():
     v = K.variable(np.arange(4.0))
     f = K.function([], [v * 2, K.sum(v)], updates=[K.update_add(v, 1.0)])
