@@ -3,15 +3,16 @@ and ``K.eval``.
 
 A :class:`Function` lowers its graph to one pure function and calls its ``jax.jit``
 compilation with positional lists: the values of the variables it updates (donated), those it
-only reads (many small ones packed into one buffer per dtype: see :mod:`jaxkeras.packing`), a
-table of random-run counts, and the feeds. Calls that update variables hold the store's lock
-exclusively from reading the state to committing the new one; calls that only read hold it
-shared, so they run concurrently. A call does as little as it can in Python (JAX's own dispatch
-is most of a small call): what can be decided when the function is built is decided then.
+only reads, a table of random-run counts, and the feeds. Calls that update variables hold the
+store's lock exclusively from reading the state to committing the new one; calls that only
+read hold it shared, so they run concurrently. A call does as little as it can in Python (JAX's
+own dispatch is most of a small call): what can be decided when the function is built is
+decided then.
 """
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +38,6 @@ from jaxkeras.graph import (
     op,
     topological_order,
 )
-from jaxkeras.packing import ReadPack, getter
 from jaxkeras.state import (
     STORE,
     Update,
@@ -157,18 +157,8 @@ class Function:
         self._kept = sorted(read.difference(self._updated))
         self._sole_update = self._updated[0] if len(self._updated) == 1 else None
         self.variable_names = sorted(read.union(self._updated))
-        # the variables read only: passed one by one, or the small ones packed (see packing)
-        with STORE.lock.read():
-            self._pack = ReadPack.plan(self._kept, STORE.values)
-        if self._pack is None:
-            self._get_kept = getter(self._kept)
-            self._get_state = getter(self._updated + self._kept)
-            self._n_kept = len(self._kept)
-        else:
-            singles = self._pack.singles
-            self._get_kept = self._pack.args(getter(singles))
-            self._get_state = self._pack.args(getter(self._updated + singles))
-            self._n_kept = self._pack.n_args
+        self._get_kept = _getter(self._kept)
+        self._get_state = _getter(self._updated + self._kept)
         self._scalars = any(not s for s in map(graph.static_shape, self.outputs))
         self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
         self._random = graph.random_nodes(roots)
@@ -232,7 +222,7 @@ class Function:
     def _traced(self, phase: int, donated: list, kept: list, rng: Any, feeds: list) -> Any:
         self.trace_count += 1
         state = dict(zip(self._updated, donated))
-        state.update(zip(self._kept, kept) if self._pack is None else self._pack.unpack(kept))
+        state.update(zip(self._kept, kept))
         keys = {
             node: derive_key(rng[0], node._seed, rng[i + 1]) for i, node in enumerate(self._random)
         }
@@ -247,7 +237,7 @@ class Function:
         on ``args``; one that only reads is traced by its first call).
 
         The compiled function takes flat positional arguments (the updated variables' values,
-        donated; the read-only ones, some packed; the random-run table when the graph draws;
+        donated; the read-only ones; the random-run table when the graph draws;
         the feeds) and returns a flat tuple (outputs, then new values), which is what JAX's
         C++ dispatch handles fastest. The updated variables' buffers are donated, unless the
         traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
@@ -255,7 +245,7 @@ class Function:
         after donation, and would leave the variables without values. Errors found while
         tracing change nothing.
         """
-        n_up, n_kept, n_rng = len(self._updated), self._n_kept, int(bool(self._random))
+        n_up, n_kept, n_rng = len(self._updated), len(self._kept), int(bool(self._random))
         first_feed = n_up + n_kept + n_rng
 
         def run(*flat):
@@ -274,11 +264,8 @@ class Function:
         return compiled
 
     def release(self) -> None:
-        """Drops the compiled executables (the next call compiles again) and the packed
-        values."""
+        """Drops the compiled executables (the next call compiles again)."""
         self._compiled = {}
-        if self._pack is not None:
-            self._pack.release()
 
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
@@ -386,6 +373,16 @@ class Function:
 
 _ARRAY_TYPES = (np.ndarray, ARRAY_TYPE)
 _SEQUENCES = (list, tuple)
+
+
+def _getter(names: list[str]) -> Any:
+    """A function of a dict returning the tuple of its values at ``names`` (in C, per call)."""
+    if not names:
+        return lambda values: ()
+    pick = operator.itemgetter(*names)
+    if len(names) == 1:
+        return lambda values: (pick(values),)
+    return pick
 
 
 def _laid_out(outputs: list, names: list[str], new: dict[str, Any]) -> tuple[list, list]:
