@@ -243,7 +243,8 @@ class Function:
         traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
         ``jax.debug.callback``, e.g. via ``print_tensor``): such a call can fail while it runs,
         after donation, and would leave the variables without values. Errors found while
-        tracing change nothing.
+        tracing change nothing. JAX reuses the trace looked at for callbacks (for either
+        compilation), so the graph is traced once per phase and input signature.
         """
         n_up, n_kept, n_rng = len(self._updated), len(self._kept), int(bool(self._random))
         first_feed = n_up + n_kept + n_rng

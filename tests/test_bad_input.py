@@ -716,6 +716,7 @@ def test_a_call_failing_while_it_runs_changes_nothing():
     w1, _ = _expected_after_one_step(w0, np.zeros(3), good.astype(np.float64))
     np.testing.assert_allclose(K.get_value(variables[0]), w1, rtol=1e-6)
     assert K.get_value(variables[1]) == 2
+    assert step.trace_count == 1  # looking for callbacks reuses the trace it looked at
 
 
 def test_functions_without_callbacks_still_donate():
@@ -724,3 +725,4 @@ def test_functions_without_callbacks_still_donate():
     held = STORE.values[variables[0].name]
     step([np.ones((1, 2)), 0])
     assert held.is_deleted()  # the previous buffer was handed to XLA for the new value
+    assert step.trace_count == 1
