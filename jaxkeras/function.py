@@ -237,9 +237,9 @@ class Function:
         on ``args``; one that only reads is traced by its first call).
 
         The compiled function takes flat positional arguments (the updated variables' values,
-        donated; the read-only ones; the random-run table when the graph draws;
-        the feeds) and returns a flat tuple (outputs, then new values), which is what JAX's
-        C++ dispatch handles fastest. The updated variables' buffers are donated, unless the
+        donated; the read-only ones; the random-run table when the graph draws; the feeds) and
+        returns a flat tuple (outputs, then new values), which is what JAX's C++ dispatch
+        handles fastest. The updated variables' buffers are donated, unless the
         traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
         ``jax.debug.callback``, e.g. via ``print_tensor``): such a call can fail while it runs,
         after donation, and would leave the variables without values. Errors found while
