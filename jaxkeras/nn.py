@@ -31,7 +31,7 @@ from jaxkeras.checks import (
     is_int,
 )
 from jaxkeras.config import epsilon
-from jaxkeras.graph import Symbolic, op
+from jaxkeras.graph import Symbolic, dtype_of, op, standardize_dtype
 from jaxkeras.ops_common import widened
 from jaxkeras.tensors import int_shape, ndim
 
@@ -316,7 +316,19 @@ def _labels_fit(target_shape: tuple, positions: tuple) -> bool:
     return math.prod(target_shape) == math.prod(positions)
 
 
-@op(name="sparse_categorical_crossentropy")
+def _sparse_crossentropy_rule(
+    target: Any, output: Any, from_logits: bool, axis: int, eps: float
+) -> tuple[tuple, str]:
+    """The output's shape without the class axis, as TF-Keras infers it: the target is
+    flattened, so stand-in sizes for its unknown dimensions never tell its label count."""
+    shape = int_shape(output)
+    axis %= len(shape)
+    dtype = dtype_of(output)
+    float_dtype = dtype if jnp.issubdtype(dtype, jnp.floating) else standardize_dtype(float)
+    return shape[:axis] + shape[axis + 1 :], float_dtype
+
+
+@op(name="sparse_categorical_crossentropy", shape_rule=_sparse_crossentropy_rule)
 def _sparse_categorical_crossentropy(
     target: Any, output: Any, from_logits: bool, axis: int, eps: float
 ) -> Any:

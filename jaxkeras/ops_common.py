@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
+from jax import export
 
 from jaxkeras.graph import Node
 
@@ -42,12 +43,13 @@ def widened(x: Any) -> Any:
 def concrete_dims(shape: Any) -> tuple[int, ...]:
     """Inside an op body: the shape argument as a tuple of Python ints.
 
-    Symbolic entries arrive as numbers known at trace time (such as ``K.shape(x)[0]``).
+    Symbolic entries arrive as numbers known at trace time (such as ``K.shape(x)[0]``), or, while
+    shape inference tells unknown dimensions apart, as symbolic dimensions, kept as they are.
 
     Args:
         shape: a checked shape argument, with values in place of symbolic entries.
 
     Returns:
-        A tuple of ints.
+        A tuple of ints (and symbolic dimensions).
     """
-    return tuple(int(d) for d in shape)
+    return tuple(d if export.is_symbolic_dim(d) else int(d) for d in shape)

@@ -19,7 +19,7 @@ from jaxkeras.checks import (
     check_shape_arg,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import Symbolic, op
+from jaxkeras.graph import Node, Symbolic, dtype_of, known_value, op
 from jaxkeras.ops_common import (
     Axes,
     TensorLike,
@@ -62,7 +62,37 @@ def get_variable_shape(x: TensorLike) -> tuple:
     return int_shape(x)
 
 
-@op(name="reshape")
+def _known_entries(shape: Any) -> tuple | None:
+    """The entries of a checked shape argument that are known, ``None`` for the others (sizes
+    computed from unknown dimensions or from data); ``None`` when even their number is."""
+    if isinstance(shape, Node):
+        value = known_value(shape)
+        if value is not None:
+            return tuple(int(d) for d in value)
+        length = int_shape(shape)[0]
+        return None if length is None else (None,) * length
+    entries = []
+    for d in shape:
+        value = known_value(d) if isinstance(d, Node) else d
+        entries.append(None if value is None else int(value))
+    return tuple(entries)
+
+
+def _reshape_rule(x: Any, shape: Any) -> tuple[tuple | None, str]:
+    """reshape's shape rule, where inference cannot prove more: each entry as the target gives
+    it where it is known, and a ``-1`` where the size of ``x`` and every other entry are known;
+    the rest unknown (as TensorFlow infers them)."""
+    entries = _known_entries(shape)
+    if entries is None or -1 not in entries:
+        return entries, dtype_of(x)
+    others = [d for d in entries if d != -1]
+    sizes = int_shape(x)
+    fits = None not in others and None not in sizes and math.prod(others) > 0
+    rest = math.prod(sizes) // math.prod(others) if fits else None
+    return tuple(rest if d == -1 else d for d in entries), dtype_of(x)
+
+
+@op(name="reshape", shape_rule=_reshape_rule)
 def _reshape(x: Any, shape: Any) -> Any:
     return jnp.reshape(x, concrete_dims(shape))
 

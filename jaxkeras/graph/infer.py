@@ -1,10 +1,16 @@
 """Shape inference: static shapes and dtypes of an op's outputs, ``None`` where unknown.
 
-First with a symbolic dimension for every unknown one (``jax.export.symbolic_shape``); where an
-op cannot reason about symbolic dimensions, with two unlikely concrete sizes, reporting the
+An op whose arguments hold sizes computed from unknown dimensions (``K.shape(x)[0]``) is first
+run with a symbolic dimension of its own for each unknown dimension (``jax.export``), the same
+one for a dimension of ``x`` and for ``K.shape(x)``'s entry, so that only what is provably
+determined comes out known (``reshape(x, (K.shape(x)[0], -1))`` of an ``(None, 5, 2)`` ``x`` is
+``(None, 10)``). An op may declare its own shape rule; it is the authority where that first
+run does not apply or fails. Otherwise every unknown dimension gets one shared symbolic
+dimension (ops that need unknown dimensions to be equal, such as ``x + y``, reason with it);
+where an op cannot reason about symbolic dimensions, two unlikely concrete sizes, reporting the
 dimensions that differ between the two runs as unknown; where neither works (an unknown
-dimension broadcast against a known one), with size 1. Results are cached by op, static
-arguments and input shapes.
+dimension broadcast against a known one), size 1. Results are cached by op, static arguments and
+input shapes.
 """
 
 from __future__ import annotations
@@ -29,9 +35,14 @@ from jaxkeras.graph.sparse import apply_op, is_bcoo
 # which split an unknown dimension still divide; dimensions that differ between them are unknown.
 _SENTINELS = (2520, 27720)
 _STATIC_WALK_LIMIT = 64
-# One symbolic dimension for every unknown one, made once: a fresh one per inference would make
-# every trace new to JAX's caches, which would then grow with every op recorded.
+# Symbolic dimensions are made once: fresh ones per inference would make every trace new to
+# JAX's caches, which would then grow with every op recorded. One shared by every unknown
+# dimension, and a pool for the per-dimension run (an op with more distinct unknown dimensions
+# than the pool holds skips that run).
 (_SYMBOLIC,) = export.symbolic_shape("b")
+_POOL = export.symbolic_shape(", ".join(f"d{i}" for i in range(16)))
+# A rule's result: the output shape (``None`` for unknown dimensions) and dtype name.
+ShapeRule = Callable[..., tuple[tuple | None, str]]
 
 
 class _ShapeCache:
@@ -82,11 +93,30 @@ def _cache_key(fn, treedef, leaves) -> Any:
     return (fn, treedef, tuple(parts))
 
 
-def _spec_shape(leaf: Node, dims: Callable[[], Any]) -> tuple:
-    return tuple(dims() if d is None else d for d in leaf._shape)
+Fill = Callable[[Node, int], Any]
+"""The stand-in for dimension ``i`` of a node where its static shape has ``None``."""
 
 
-def _spec_for(leaf: Node, dims: Callable[[], Any]) -> Any:
+class _PerDimension:
+    """A fill giving each unknown dimension (node, index) its own symbol from :data:`_POOL`."""
+
+    def __init__(self) -> None:
+        self.assigned: dict = {}
+
+    def __call__(self, node: Node, i: int) -> Any:
+        key = (node, i)
+        if key not in self.assigned:
+            if len(self.assigned) == len(_POOL):
+                raise ValueError("more unknown dimensions than per-dimension symbols")
+            self.assigned[key] = _POOL[len(self.assigned)]
+        return self.assigned[key]
+
+
+def _spec_shape(leaf: Node, dims: Fill) -> tuple:
+    return tuple(dims(leaf, i) if d is None else d for i, d in enumerate(leaf._shape))
+
+
+def _spec_for(leaf: Node, dims: Fill) -> Any:
     """An abstract value for ``leaf``: an array spec, or (data, indices) specs when sparse."""
     shape = _spec_shape(leaf, dims)
     if not leaf._sparse:
@@ -109,9 +139,11 @@ def _maybe_static(leaf: Node) -> bool:
     )
 
 
-def _static_value(leaf: Node, fill: int | None) -> Any:
+def _static_value(leaf: Node, fill: Fill | None) -> Any:
     """The value of a small integer tensor computed from shapes alone (``K.shape(x)[0] * 2``),
-    with unknown dimensions set to ``fill``; ``None`` when it depends on data."""
+    with unknown dimensions set by ``fill``; ``None`` when it depends on data, or on unknown
+    dimensions and ``fill`` is ``None``. Symbolic stand-ins make ``K.shape(x)`` an object
+    array, which indexing keeps (arithmetic on it fails: the caller then falls back)."""
     if not _maybe_static(leaf):
         return None
     memo: dict = {}
@@ -125,7 +157,9 @@ def _static_value(leaf: Node, fill: int | None) -> Any:
         if source is not None:
             if None in source._shape and fill is None:
                 return None
-            memo[node] = np.asarray([fill if d is None else d for d in source._shape], np.int32)
+            dims = [fill(source, i) if d is None else d for i, d in enumerate(source._shape)]
+            symbolic = any(export.is_symbolic_dim(d) for d in dims)
+            memo[node] = np.asarray(dims, object if symbolic else np.int32)
         elif node._folds and len(seen) < _STATIC_WALK_LIMIT:
             stack.extend(node._inputs())
         else:
@@ -133,16 +167,41 @@ def _static_value(leaf: Node, fill: int | None) -> Any:
     return evaluate([leaf], Context(learning_phase=0), memo)[0]
 
 
-def _eval_shape(fn, treedef, leaves, seed, dims: Callable[[], Any], fill: int | None) -> Any:
+def known_value(x: Node) -> np.ndarray | None:
+    """Returns the value of a small integer tensor that shapes alone determine.
+
+    Args:
+        x: a symbolic value, such as ``K.shape(y)[1] * 2``.
+
+    Returns:
+        Its value as an array when it depends neither on data nor on an unknown dimension,
+        else ``None``.
+    """
+    value = _static_value(x, None)
+    return None if value is None else np.asarray(value)
+
+
+def _static_values(leaves: list, fill: Fill | None) -> dict:
+    """The static values of the symbolic ``leaves`` (by position) that have one."""
+    values = {}
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Node):
+            value = _static_value(leaf, fill)
+            if value is not None:
+                values[i] = value
+    return values
+
+
+def _eval_shape(fn, treedef, leaves, seed, dims: Fill, statics: dict) -> Any:
+    """``jax.eval_shape`` of the op, with ``statics`` (by position) in place of those leaves
+    and the other symbolic leaves as specs whose unknown dimensions ``dims`` sets."""
     values = list(leaves)
     sym_positions = []
     for i, leaf in enumerate(leaves):
-        if isinstance(leaf, Node):
-            static = _static_value(leaf, fill)
-            if static is None:
-                sym_positions.append(i)
-            else:
-                values[i] = static
+        if i in statics:
+            values[i] = statics[i]
+        elif isinstance(leaf, Node):
+            sym_positions.append(i)
     specs = [_spec_for(leaves[i], dims) for i in sym_positions]
     sparse_shapes = {i: _spec_shape(leaves[i], dims) for i in sym_positions if leaves[i]._sparse}
 
@@ -188,6 +247,13 @@ def _guesses(leaves: list) -> list[int]:
     return list(dict.fromkeys(sizes))
 
 
+def _run(fn, treedef, leaves, seed, fill: Fill, fill_statics: bool) -> Any:
+    """:func:`_eval_shape` with every unknown dimension set by ``fill``, in the static values of
+    the arguments too where ``fill_statics`` (else those that depend on one stay symbolic)."""
+    statics = _static_values(leaves, fill if fill_statics else None)
+    return _eval_shape(fn, treedef, leaves, seed, fill, statics)
+
+
 def _guess(fn, treedef, leaves, seed) -> tuple[Any, Any]:
     """Shapes from the first size in :func:`_guesses` the op runs with; output dimensions equal
     to it come out unknown (the second result marks them). A conflict that only this guess
@@ -195,7 +261,7 @@ def _guess(fn, treedef, leaves, seed) -> tuple[Any, Any]:
     error = None
     for size in _guesses(leaves):
         try:
-            out = _eval_shape(fn, treedef, leaves, seed, lambda size=size: size, size)
+            out = _run(fn, treedef, leaves, seed, lambda node, i, size=size: size, True)
         except Exception as err:
             error = error or err
             continue
@@ -209,7 +275,46 @@ def _guess(fn, treedef, leaves, seed) -> tuple[Any, Any]:
     raise error
 
 
-def infer_shapes(fn, treedef, leaves, seed) -> tuple[Any, list]:
+def _per_dimension(fn, treedef, leaves, seed) -> Any:
+    """Output specs from a symbol per unknown dimension, kept from a node's dimension to the
+    entries of its ``K.shape``; ``None`` where no argument holds a size computed from an
+    unknown dimension (nothing to tell apart), or where the op fails on them (unknown
+    dimensions it needs equal, sizes it cannot prove divisible, arithmetic on the sizes)."""
+    fill = _PerDimension()
+    try:
+        statics = _static_values(leaves, fill)
+        if not fill.assigned:
+            return None
+        return _eval_shape(fn, treedef, leaves, seed, fill, statics)
+    except Exception:
+        return None
+
+
+def _shared(fn, treedef, leaves, seed) -> tuple[Any, list]:
+    """Structure and shapes from one stand-in for every unknown dimension (see the module)."""
+    try:
+        out = _run(fn, treedef, leaves, seed, lambda node, i: _SYMBOLIC, False)
+        return jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out)
+    except Exception:
+        # Unknown dimensions that the op cannot reason about symbolically: run it twice with
+        # two unlikely sizes; dimensions that differ between the runs are unknown.
+        a, b = _SENTINELS
+        try:
+            out_a = _run(fn, treedef, leaves, seed, lambda node, i: a, True)
+            out_b = _run(fn, treedef, leaves, seed, lambda node, i: b, True)
+        except Exception:
+            out_a, out_b = _guess(fn, treedef, leaves, seed)
+        return jax.tree_util.tree_structure(out_a, is_leaf=is_bcoo), _dims_from(out_a, out_b)
+
+
+def _from_rule(rule: ShapeRule, treedef, leaves) -> tuple[Any, list]:
+    args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+    shape, dtype = rule(*args, **kwargs)
+    shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
+    return jax.tree_util.tree_structure(0), [(shape, jnp.dtype(dtype).name, False)]
+
+
+def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tuple[Any, list]:
     """Infers output structure, shapes (``None`` kept) and dtypes of an op on symbolic leaves.
 
     Args:
@@ -217,31 +322,28 @@ def infer_shapes(fn, treedef, leaves, seed) -> tuple[Any, list]:
         treedef: the structure of ``(args, kwargs)``.
         leaves: its leaves, symbolic or concrete.
         seed: the seed of a random op, else ``None``.
+        rule: the op's own shape rule, if it declares one: called with the op's arguments
+            (symbolic ones as they are), it returns the shape and dtype of its one dense
+            output; used unless the per-dimension run applies and succeeds.
 
     Returns:
         ``(out_treedef, [(shape, dtype, is_sparse), ...])`` with one entry per output array.
 
     Raises:
-        Whatever the op raises for incompatible static shapes or arguments.
+        Whatever the op (or its rule) raises for incompatible static shapes or arguments.
     """
     key = _cache_key(fn, treedef, leaves)
     if key is not None:
         cached = SHAPE_CACHE.get(key)
         if cached is not None:
             return cached
-    try:
-        out = _eval_shape(fn, treedef, leaves, seed, lambda: _SYMBOLIC, None)
+    out = _per_dimension(fn, treedef, leaves, seed)
+    if out is not None:
         result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
-    except Exception:
-        # Unknown dimensions that the op cannot reason about symbolically: run it twice with
-        # two unlikely sizes; dimensions that differ between the runs are unknown.
-        a, b = _SENTINELS
-        try:
-            out_a = _eval_shape(fn, treedef, leaves, seed, lambda: a, a)
-            out_b = _eval_shape(fn, treedef, leaves, seed, lambda: b, b)
-        except Exception:
-            out_a, out_b = _guess(fn, treedef, leaves, seed)
-        result = (jax.tree_util.tree_structure(out_a, is_leaf=is_bcoo), _dims_from(out_a, out_b))
+    elif rule is not None:
+        result = _from_rule(rule, treedef, leaves)
+    else:
+        result = _shared(fn, treedef, leaves, seed)
     if key is not None:
         SHAPE_CACHE.put(key, result)
     return result

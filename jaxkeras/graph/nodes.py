@@ -24,7 +24,7 @@ from jaxlib import xla_client
 
 from jaxkeras.graph.base import Node, Subgraph
 from jaxkeras.graph.context import TOP_LEVEL_TRACE, Context, active_context, active_scope
-from jaxkeras.graph.infer import infer_shapes
+from jaxkeras.graph.infer import ShapeRule, infer_shapes
 from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
 from jaxkeras.graph.runtime import NODE_IDS, THREAD
 from jaxkeras.graph.sparse import apply_op, is_bcoo
@@ -359,6 +359,7 @@ def record(
     name: str | None = None,
     shape_of: Node | None = None,
     uses_learning_phase: bool = False,
+    shape_rule: ShapeRule | None = None,
 ) -> Any:
     """Applies ``fn`` now if no argument is symbolic, else records it as a graph node.
 
@@ -374,6 +375,7 @@ def record(
         name: a name for the node.
         shape_of: for ``K.shape(x)``, the tensor ``x`` (lets shape inference fold it).
         uses_learning_phase: mark the outputs with Keras's ``_uses_learning_phase``.
+        shape_rule: the op's own output shape rule (see :func:`op`).
 
     Returns:
         The value, or a :class:`Tensor` (or a pytree of them for ops with several outputs).
@@ -391,7 +393,9 @@ def record(
         scope = active_scope()
         resolved = _resolve_in_scope(leaves, scope) if scope is not None else None
         if resolved is None:
-            return _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase)
+            return _make_node(
+                fn, treedef, leaves, seed, name, shape_of, uses_learning_phase, shape_rule
+            )
         leaves = resolved
     elif seed is not None and ctx is None:
         # A random op outside any context is a graph node, as in Keras 2: it draws fresh
@@ -401,12 +405,14 @@ def record(
                 f"random op {name!r} called inside jax.jit/vmap/grad without a key: wrap the "
                 "code in `with K.state_scope(values, rng=key):` and pass a fresh key per call"
             )
-        return _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase)
+        return _make_node(
+            fn, treedef, leaves, seed, name, shape_of, uses_learning_phase, shape_rule
+        )
     return apply_op(fn, treedef, leaves, None if seed is None else ctx.key(seed))
 
 
-def _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase) -> Any:
-    out_tree, outs = infer_shapes(fn, treedef, leaves, seed)
+def _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase, shape_rule) -> Any:
+    out_tree, outs = infer_shapes(fn, treedef, leaves, seed, shape_rule)
     if out_tree.num_leaves == 1 and jax.tree_util.treedef_is_leaf(out_tree):
         shape, dtype, sparse = outs[0]
         return OpTensor(
@@ -465,7 +471,13 @@ def draw_seed() -> int:
     return int(np.random.randint(10_000_000))
 
 
-def op(fn: Callable | None = None, *, name: str | None = None, random: bool = False) -> Callable:
+def op(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    random: bool = False,
+    shape_rule: ShapeRule | None = None,
+) -> Callable:
     """Makes a pure ``jax.numpy`` function a jaxkeras op (the one op decorator).
 
     The op runs at once on concrete arrays (and on tracers, inside a user's ``jax.jit``); with a
@@ -479,6 +491,12 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
             argument; without one, the seed is drawn from NumPy's global random state when the
             op is called (as both Keras 2 backends did, so ``np.random.seed`` makes a program
             reproducible).
+        shape_rule: for an op with one dense output whose shape the stand-in sizes of shape
+            inference cannot tell (one stand-in for all unknown dimensions cancels out, or
+            fails), its own rule: called with the op's arguments (symbolic ones as they are),
+            it returns ``(shape, dtype)``, ``None`` for unknown dimensions. It is the authority
+            unless the op's arguments hold sizes computed from unknown dimensions and a run
+            with one symbol per unknown dimension proves the shape.
 
     Returns:
         The wrapped op; ``op.pure`` is the body.
@@ -491,7 +509,7 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
         array([2., 4.], dtype=float32)
     """
     if fn is None:
-        return functools.partial(op, name=name, random=random)
+        return functools.partial(op, name=name, random=random, shape_rule=shape_rule)
     label = name or getattr(fn, "__name__", "op")
     signature = inspect.signature(fn) if random else None
 
@@ -500,14 +518,14 @@ def op(fn: Callable | None = None, *, name: str | None = None, random: bool = Fa
         if random:
             seed = signature.bind(*args, **kwargs).arguments.get("seed")
             seed = draw_seed() if seed is None else int(seed)
-            return record(fn, args, kwargs, seed=seed, name=label)
+            return record(fn, args, kwargs, seed=seed, name=label, shape_rule=shape_rule)
         if (
             _concrete(args)
             and (not kwargs or _concrete(kwargs.values()))
             and get_opaque_trace_state() == TOP_LEVEL_TRACE
         ):
             return fn(*args, **kwargs)  # eager, outside any trace: what record would do
-        return record(fn, args, kwargs, name=label)
+        return record(fn, args, kwargs, name=label, shape_rule=shape_rule)
 
     wrapper.pure = fn
     wrapper.op_name = label
