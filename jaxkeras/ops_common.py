@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import export
 
 from jaxkeras.graph import Node
@@ -52,4 +54,6 @@ def concrete_dims(shape: Any) -> tuple[int, ...]:
     Returns:
         A tuple of ints (and symbolic dimensions).
     """
+    if isinstance(shape, jax.Array):  # iterating it would stage ops out into the trace
+        shape = np.asarray(shape)
     return tuple(d if export.is_symbolic_dim(d) else int(d) for d in shape)

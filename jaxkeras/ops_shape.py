@@ -19,7 +19,7 @@ from jaxkeras.checks import (
     check_shape_arg,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import Node, Symbolic, dtype_of, known_value, op
+from jaxkeras.graph import Node, Symbolic, dtype_of, known_entries, op
 from jaxkeras.ops_common import (
     Axes,
     TensorLike,
@@ -66,15 +66,13 @@ def _known_entries(shape: Any) -> tuple | None:
     """The entries of a checked shape argument that are known, ``None`` for the others (sizes
     computed from unknown dimensions or from data); ``None`` when even their number is."""
     if isinstance(shape, Node):
-        value = known_value(shape)
-        if value is not None:
-            return tuple(int(d) for d in value)
+        entries = known_entries(shape)
         length = int_shape(shape)[0]
-        return None if length is None else (None,) * length
+        return entries if entries is not None or length is None else (None,) * length
     entries = []
     for d in shape:
-        value = known_value(d) if isinstance(d, Node) else d
-        entries.append(None if value is None else int(value))
+        known = known_entries(d) if isinstance(d, Node) else (d,)
+        entries.append(None if known is None else known[0])
     return tuple(entries)
 
 

@@ -184,6 +184,89 @@ def test_sparse_outputs_are_inferred_sparse():
     assert K.is_sparse(K.ctc_label_dense_to_sparse(labels, lengths))
 
 
+# Expected shapes are TensorFlow's (tf.reshape and tf.keras.backend ops on tf.compat.v1
+# placeholders, TF 2.x graph mode), except where jaxkeras proves a size TF leaves unknown.
+RESHAPES_OF_SHAPE_ENTRIES = [
+    # (shape of z, target from K.shape(z) and K.shape(o), expected, z's real shape, result's)
+    # with o of shape (None, None, 4), fed (2, 3, 4)
+    (
+        (None, None, 3),
+        lambda z, o: (K.shape(z)[0] * K.shape(z)[1], 3),
+        (None, 3),
+        (2, 3, 3),
+        (6, 3),
+    ),
+    ((None, None, 3), lambda z, o: (-1, K.shape(z)[1], 3), (None, None, 3), (2, 3, 3), (2, 3, 3)),
+    ((None, None, 3), lambda z, o: (K.shape(z)[0], -1), (None, None), (2, 3, 3), (2, 9)),
+    ((None, None), lambda z, o: (-1, K.shape(z)[1]), (None, None), (2, 3), (2, 3)),
+    ((None, None), lambda z, o: (K.shape(z)[0], K.shape(z)[1]), (None, None), (2, 3), (2, 3)),
+    # TimeDistributed: y of shape (samples * timesteps, ...) back to (samples, timesteps, ...)
+    # with timesteps from another tensor: the -1 is not determined
+    ((None,), lambda z, o: (-1, K.shape(o)[1]), (None, None), (6,), (2, 3)),
+    ((None, 6), lambda z, o: (-1, K.shape(o)[1], 6), (None, None, 6), (6, 6), (2, 3, 6)),
+    (
+        (None, 6),
+        lambda z, o: K.concatenate(
+            [np.array([-1], "int32"), K.shape(o)[1:2], np.array([6], "int32")]
+        ),
+        (None, None, 6),
+        (6, 6),
+        (2, 3, 6),
+    ),
+    ((None, 6), lambda z, o: K.stack([-1, K.shape(o)[1], 6]), (None, None, 6), (6, 6), (2, 3, 6)),
+    # TF: (None, None); the -1 is provably 10
+    ((None, 5, 2), lambda z, o: (K.shape(z)[0], -1), (None, 10), (2, 5, 2), (2, 10)),
+    ((None, 5, 2), lambda z, o: K.shape(z)[1:], (5, 2), (1, 5, 2), (5, 2)),
+]
+
+
+@pytest.mark.parametrize("z_shape,target,expected,z_real,out_real", RESHAPES_OF_SHAPE_ENTRIES)
+def test_reshape_to_sizes_of_unknown_dimensions_knows_only_what_is_determined(
+    z_shape, target, expected, z_real, out_real
+):
+    z, o = K.placeholder(z_shape), K.placeholder((None, None, 4))
+    out = K.reshape(z, target(z, o))
+    assert K.int_shape(out) == expected
+    z_value = np.arange(np.prod(z_real), dtype=np.float32).reshape(z_real)
+    got = K.function([z, o], [out])([z_value, np.zeros((2, 3, 4), np.float32)])[0]
+    np.testing.assert_array_equal(got, z_value.reshape(out_real))
+
+
+def _flat_labels_rule(labels, classes):
+    return (None,), "float32"
+
+
+@K.op(name="flat_labels", shape_rule=_flat_labels_rule)
+def flat_labels(labels, classes):
+    calls.append("flat_labels")
+    return jnp.reshape(labels, (-1,)).astype("float32") / classes
+
+
+def test_an_op_s_shape_rule_is_the_authority_for_its_shape():
+    calls.clear()
+    labels = K.placeholder((2, 4), dtype="int32")
+    out = flat_labels(labels, 2)
+    # the body would give (8,); the rule decides, without running the body
+    assert K.int_shape(out) == (None,) and out.dtype == "float32"
+    assert calls == []
+    got = K.function([labels], [out])([np.arange(8).reshape(2, 4)])[0]
+    np.testing.assert_array_equal(got, np.arange(8) / 2)
+
+
+def test_sparse_categorical_crossentropy_of_an_unknown_target_against_channels_first():
+    target = K.placeholder((None, None, None, None))
+    output = K.placeholder((None, 3, 3, 4))
+    loss = K.sparse_categorical_crossentropy(target, output, axis=1)
+    assert K.int_shape(loss) == (None, 3, 4)  # TF-Keras's, the output's without the class axis
+    rng = np.random.default_rng(0)
+    probs = rng.random((2, 3, 3, 4)).astype(np.float32) + 0.1
+    probs /= probs.sum(axis=1, keepdims=True)
+    classes = rng.integers(0, 3, (2, 1, 3, 4))
+    got = K.function([target, output], [loss])([classes.astype(np.float32), probs])[0]
+    picked = np.take_along_axis(probs, classes, axis=1)[:, 0]
+    np.testing.assert_allclose(got, -np.log(picked), rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # symbolic values
 

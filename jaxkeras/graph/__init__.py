@@ -26,7 +26,7 @@ from jaxkeras.graph.base import Node, Subgraph, is_node, static_shape
 from jaxkeras.graph.context import Context, active_context, active_scope, derive_key
 from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras.graph.grad import GradNode, gradient_nodes
-from jaxkeras.graph.infer import SHAPE_CACHE, ShapeRule, known_value
+from jaxkeras.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
 from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
 from jaxkeras.graph.nodes import (
     ARRAY_TYPE,
@@ -85,7 +85,7 @@ __all__ = [
     "install_state_source",
     "is_bcoo",
     "is_node",
-    "known_value",
+    "known_entries",
     "op",
     "random_nodes",
     "record",

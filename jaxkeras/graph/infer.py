@@ -41,6 +41,13 @@ _STATIC_WALK_LIMIT = 64
 # than the pool holds skips that run).
 (_SYMBOLIC,) = export.symbolic_shape("b")
 _POOL = export.symbolic_shape(", ".join(f"d{i}" for i in range(16)))
+# Two sets of distinct concrete sizes, one per unknown dimension, for telling which entries of a
+# size computation (``K.concatenate([[-1], K.shape(x)[1:2]])``) the unknown dimensions leave
+# alone; any sum, difference, product or ratio of two of them differs between the sets.
+_DISTINCT = (
+    tuple(2520 * (k + 1) for k in range(len(_POOL))),
+    tuple(27720 + 2520 * k for k in range(len(_POOL))),
+)
 # A rule's result: the output shape (``None`` for unknown dimensions) and dtype name.
 ShapeRule = Callable[..., tuple[tuple | None, str]]
 
@@ -98,17 +105,19 @@ Fill = Callable[[Node, int], Any]
 
 
 class _PerDimension:
-    """A fill giving each unknown dimension (node, index) its own symbol from :data:`_POOL`."""
+    """A fill giving each unknown dimension (node, index) its own stand-in from ``pool``
+    (default: the symbols of :data:`_POOL`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: tuple = _POOL) -> None:
+        self.pool = pool
         self.assigned: dict = {}
 
     def __call__(self, node: Node, i: int) -> Any:
         key = (node, i)
         if key not in self.assigned:
-            if len(self.assigned) == len(_POOL):
-                raise ValueError("more unknown dimensions than per-dimension symbols")
-            self.assigned[key] = _POOL[len(self.assigned)]
+            if len(self.assigned) == len(self.pool):
+                raise ValueError("more unknown dimensions than per-dimension stand-ins")
+            self.assigned[key] = self.pool[len(self.assigned)]
         return self.assigned[key]
 
 
@@ -167,18 +176,32 @@ def _static_value(leaf: Node, fill: Fill | None) -> Any:
     return evaluate([leaf], Context(learning_phase=0), memo)[0]
 
 
-def known_value(x: Node) -> np.ndarray | None:
-    """Returns the value of a small integer tensor that shapes alone determine.
+def known_entries(x: Node) -> tuple | None:
+    """Returns the entries of a small integer tensor that shapes alone determine.
 
     Args:
-        x: a symbolic value, such as ``K.shape(y)[1] * 2``.
+        x: a symbolic scalar or 1-D integer tensor, such as ``K.shape(y)[1] * 2`` or
+            ``K.concatenate([[-1], K.shape(y)[1:]])``.
 
     Returns:
-        Its value as an array when it depends neither on data nor on an unknown dimension,
-        else ``None``.
+        Its entries, flattened: ints where they depend neither on data nor on an unknown
+        dimension (an entry computed from unknown dimensions counts as known only if it comes
+        out the same for two sets of distinct stand-in sizes), ``None`` for the others;
+        ``None`` instead of a tuple when ``x`` depends on data.
     """
     value = _static_value(x, None)
-    return None if value is None else np.asarray(value)
+    if value is not None:
+        return tuple(int(v) for v in np.ravel(value))
+    runs = []
+    for sizes in _DISTINCT:
+        try:
+            value = _static_value(x, _PerDimension(sizes))
+        except Exception:  # more unknown dimensions than stand-ins: nothing is told
+            value = None
+        if value is None:
+            return None
+        runs.append(np.ravel(np.asarray(value)))
+    return tuple(int(a) if a == b else None for a, b in zip(*runs))
 
 
 def _static_values(leaves: list, fill: Fill | None) -> dict:
