@@ -182,6 +182,8 @@ def test_sparse_outputs_are_inferred_sparse():
     labels = K.placeholder((None, 4), dtype="int32")
     lengths = K.placeholder((None,), dtype="int32")
     assert K.is_sparse(K.ctc_label_dense_to_sparse(labels, lengths))
+    # reshape's shape rule is for dense arguments: a sparse one stays sparse
+    assert K.is_sparse(K.reshape(K.placeholder((None, 4), sparse=True), (-1, 2)))
 
 
 # Expected shapes are TensorFlow's (tf.reshape and tf.keras.backend ops on tf.compat.v1

@@ -347,7 +347,8 @@ def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tu
         seed: the seed of a random op, else ``None``.
         rule: the op's own shape rule, if it declares one: called with the op's arguments
             (symbolic ones as they are), it returns the shape and dtype of its one dense
-            output; used unless the per-dimension run applies and succeeds.
+            output; used for dense arguments unless the per-dimension run applies and
+            succeeds.
 
     Returns:
         ``(out_treedef, [(shape, dtype, is_sparse), ...])`` with one entry per output array.
@@ -363,7 +364,7 @@ def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tu
     out = _per_dimension(fn, treedef, leaves, seed)
     if out is not None:
         result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
-    elif rule is not None:
+    elif rule is not None and not any(isinstance(leaf, Node) and leaf._sparse for leaf in leaves):
         result = _from_rule(rule, treedef, leaves)
     else:
         result = _shared(fn, treedef, leaves, seed)

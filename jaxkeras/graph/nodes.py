@@ -495,8 +495,8 @@ def op(
             inference cannot tell (one stand-in for all unknown dimensions cancels out, or
             fails), its own rule: called with the op's arguments (symbolic ones as they are),
             it returns ``(shape, dtype)``, ``None`` for unknown dimensions. It is the authority
-            unless the op's arguments hold sizes computed from unknown dimensions and a run
-            with one symbol per unknown dimension proves the shape.
+            for dense arguments unless they hold sizes computed from unknown dimensions and a
+            run with one symbol per unknown dimension proves the shape.
 
     Returns:
         The wrapped op; ``op.pure`` is the body.
