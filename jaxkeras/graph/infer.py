@@ -270,10 +270,12 @@ def _guesses(leaves: list) -> list[int]:
     return list(dict.fromkeys(sizes))
 
 
-def _run(fn, treedef, leaves, seed, fill: Fill, fill_statics: bool) -> Any:
+def _run(fn, treedef, leaves, seed, fill: Fill, fill_statics: bool, statics: dict | None) -> Any:
     """:func:`_eval_shape` with every unknown dimension set by ``fill``, in the static values of
-    the arguments too where ``fill_statics`` (else those that depend on one stay symbolic)."""
-    statics = _static_values(leaves, fill if fill_statics else None)
+    the arguments too where ``fill_statics`` (else those that depend on one stay symbolic);
+    ``statics``, if given, are static values that no unknown dimension enters."""
+    if statics is None:
+        statics = _static_values(leaves, fill if fill_statics else None)
     return _eval_shape(fn, treedef, leaves, seed, fill, statics)
 
 
@@ -284,7 +286,7 @@ def _guess(fn, treedef, leaves, seed) -> tuple[Any, Any]:
     error = None
     for size in _guesses(leaves):
         try:
-            out = _run(fn, treedef, leaves, seed, lambda node, i, size=size: size, True)
+            out = _run(fn, treedef, leaves, seed, lambda node, i, size=size: size, True, None)
         except Exception as err:
             error = error or err
             continue
@@ -298,33 +300,39 @@ def _guess(fn, treedef, leaves, seed) -> tuple[Any, Any]:
     raise error
 
 
-def _per_dimension(fn, treedef, leaves, seed) -> Any:
+def _per_dimension(fn, treedef, leaves, seed) -> tuple[Any, dict | None]:
     """Output specs from a symbol per unknown dimension, kept from a node's dimension to the
-    entries of its ``K.shape``; ``None`` where no argument holds a size computed from an
-    unknown dimension (nothing to tell apart), or where the op fails on them (unknown
-    dimensions it needs equal, sizes it cannot prove divisible, arithmetic on the sizes)."""
+    entries of its ``K.shape``.
+
+    Returns:
+        ``(specs, None)``; or ``(None, static values)`` where no argument holds a size computed
+        from an unknown dimension (nothing to tell apart; the values serve every stand-in);
+        or ``(None, None)`` where the op fails on the symbols (unknown dimensions it needs
+        equal, sizes it cannot prove divisible, arithmetic on the sizes).
+    """
     fill = _PerDimension()
     try:
         statics = _static_values(leaves, fill)
         if not fill.assigned:
-            return None
-        return _eval_shape(fn, treedef, leaves, seed, fill, statics)
+            return None, statics
+        return _eval_shape(fn, treedef, leaves, seed, fill, statics), None
     except Exception:
-        return None
+        return None, None
 
 
-def _shared(fn, treedef, leaves, seed) -> tuple[Any, list]:
-    """Structure and shapes from one stand-in for every unknown dimension (see the module)."""
+def _shared(fn, treedef, leaves, seed, statics: dict | None) -> tuple[Any, list]:
+    """Structure and shapes from one stand-in for every unknown dimension (see the module);
+    ``statics`` as for :func:`_run`."""
     try:
-        out = _run(fn, treedef, leaves, seed, lambda node, i: _SYMBOLIC, False)
+        out = _run(fn, treedef, leaves, seed, lambda node, i: _SYMBOLIC, False, statics)
         return jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out)
     except Exception:
         # Unknown dimensions that the op cannot reason about symbolically: run it twice with
         # two unlikely sizes; dimensions that differ between the runs are unknown.
         a, b = _SENTINELS
         try:
-            out_a = _run(fn, treedef, leaves, seed, lambda node, i: a, True)
-            out_b = _run(fn, treedef, leaves, seed, lambda node, i: b, True)
+            out_a = _run(fn, treedef, leaves, seed, lambda node, i: a, True, statics)
+            out_b = _run(fn, treedef, leaves, seed, lambda node, i: b, True, statics)
         except Exception:
             out_a, out_b = _guess(fn, treedef, leaves, seed)
         return jax.tree_util.tree_structure(out_a, is_leaf=is_bcoo), _dims_from(out_a, out_b)
@@ -361,13 +369,13 @@ def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tu
         cached = SHAPE_CACHE.get(key)
         if cached is not None:
             return cached
-    out = _per_dimension(fn, treedef, leaves, seed)
+    out, statics = _per_dimension(fn, treedef, leaves, seed)
     if out is not None:
         result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
     elif rule is not None and not any(isinstance(leaf, Node) and leaf._sparse for leaf in leaves):
         result = _from_rule(rule, treedef, leaves)
     else:
-        result = _shared(fn, treedef, leaves, seed)
+        result = _shared(fn, treedef, leaves, seed, statics)
     if key is not None:
         SHAPE_CACHE.put(key, result)
     return result
