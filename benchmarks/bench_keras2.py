@@ -4,11 +4,14 @@ Both sides build the same models with the same Keras API. The digits convnet and
 on scikit-learn's digits: the time per epoch after the first, and the time from building a
 model to the end of its first epoch (build + compile + 1 epoch) -- for jaxkeras in a process
 with an empty persistent compilation cache (cold) and in a second one that finds it filled
-(warm). The conv_lstm example's model (ConvLSTM2D(40) + BatchNormalization + Conv3D) times
-``train_on_batch``. TF-Keras needs TensorFlow, whose Keras 3 dependency conflicts with Keras
-2.3.1, so it runs in its own environment: ``make bench`` creates ``.venv-bench`` (the
-``bench`` extra). Run ``python benchmarks/bench_keras2.py [--quick]`` for both sides and the
-ratios, or ``--side jaxkeras|tf_keras`` for one side (prints JSON).
+(warm); these start-up figures are repeated (cold, warm and TF-Keras processes interleaved,
+the later rounds without the ConvLSTM model) and reported as median ratios. The conv_lstm
+example's model (ConvLSTM2D(40) + BatchNormalization + Conv3D) times ``train_on_batch``.
+TF-Keras needs TensorFlow, whose Keras 3 dependency conflicts with Keras 2.3.1, so it runs in
+its own environment: ``make bench`` creates ``.venv-bench`` (the ``bench`` extra;
+``$BENCH_TF_PYTHON`` names another interpreter with it). Run ``python
+benchmarks/bench_keras2.py [--quick]`` for both sides and the ratios, or ``--side
+jaxkeras|tf_keras`` for one side (prints JSON).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ EPOCHS = 6
 BATCH = 32
 CONVLSTM_FULL = (10, 15, 40)  # batch, frames, side: the conv_lstm example
 CONVLSTM_QUICK = (2, 15, 20)
+FIRST_EPOCH_ROUNDS = 3  # processes of each kind for the start-up figures (1 with --quick)
 
 
 def _keras(side: str):
@@ -133,10 +137,12 @@ def convlstm_side(keras, size: tuple[int, int, int], steps: int) -> dict:
 
 
 def run_side(side: str, epochs: int, convlstm: tuple[int, int, int], steps: int) -> dict:
-    """Runs every model on one side (``'jaxkeras'`` or ``'tf_keras'``)."""
+    """Runs every model on one side (``'jaxkeras'`` or ``'tf_keras'``); the ConvLSTM model
+    only when ``steps`` is positive."""
     keras = _keras(side)
     results = digits_side(keras, epochs)
-    results["convlstm"] = convlstm_side(keras, convlstm, steps)
+    if steps > 0:
+        results["convlstm"] = convlstm_side(keras, convlstm, steps)
     return results
 
 
@@ -170,18 +176,26 @@ def main(quick: bool = False) -> list[Row]:
     """
     epochs, steps = (3, 2) if quick else (EPOCHS, 3)
     size = CONVLSTM_QUICK if quick else CONVLSTM_FULL
-    args = ["--epochs", str(epochs), "--steps", str(steps), "--convlstm", *map(str, size)]
     home = os.environ.get("KERAS_HOME", str(ROOT / ".venv" / "kh"))
-    with tempfile.TemporaryDirectory() as cache:
-        env = {"KERAS_HOME": home, "JAXKERAS_COMPILATION_CACHE": cache}
-        cold = _side_in_subprocess("jaxkeras", ROOT / ".venv" / "bin" / "python", args, env)
-        warm = _side_in_subprocess("jaxkeras", ROOT / ".venv" / "bin" / "python", args, env)
-    theirs = _side_in_subprocess("tf_keras", ROOT / ".venv-bench" / "bin" / "python", args, {})
-    if not (cold and warm and theirs):
-        raise RuntimeError("bench_keras2: a side failed (see above)")
+    ours = ROOT / ".venv" / "bin" / "python"
+    theirs = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
+    rounds = []  # (cold, warm, TF-Keras) results, the first round with the ConvLSTM model
+    for r in range(1 if quick else FIRST_EPOCH_ROUNDS):
+        args = ["--epochs", str(epochs if r == 0 else 1), "--steps", str(steps if r == 0 else 0)]
+        args += ["--convlstm", *map(str, size)]
+        with tempfile.TemporaryDirectory() as cache:
+            env = {"KERAS_HOME": home, "JAXKERAS_COMPILATION_CACHE": cache}
+            cold = _side_in_subprocess("jaxkeras", ours, args, env)
+            warm = _side_in_subprocess("jaxkeras", ours, args, env)
+        tf = _side_in_subprocess("tf_keras", theirs, args, {})
+        if not (cold and warm and tf):
+            raise RuntimeError("bench_keras2: a side failed (see above)")
+        rounds.append((cold, warm, tf))
+    cold, warm, theirs = rounds[0]
     rows = []
     for name in SHAPES:
         a, w, b = cold[name], warm[name], theirs[name]
+        firsts = [[side[name]["first_s"] for side in sides] for sides in rounds]
         note = f"TF-Keras 2.x; accuracy {a['accuracy']:.3f} vs {b['accuracy']:.3f}"
         rows.append(
             ratio_row(
@@ -195,8 +209,8 @@ def main(quick: bool = False) -> list[Row]:
         rows.append(
             ratio_row(
                 f"digits {name}: build + compile + first epoch, cold",
-                [a["first_s"]],
-                [b["first_s"]],
+                [c for c, _, _ in firsts],
+                [t for _, _, t in firsts],
                 1.5,
                 "empty persistent compilation cache vs TF-Keras",
             )
@@ -204,8 +218,8 @@ def main(quick: bool = False) -> list[Row]:
         rows.append(
             ratio_row(
                 f"digits {name}: build + compile + first epoch, warm",
-                [w["first_s"]],
-                [b["first_s"]],
+                [m for _, m, _ in firsts],
+                [t for _, _, t in firsts],
                 1.0,
                 "second process, persistent compilation cache on (the default) vs TF-Keras",
             )
