@@ -235,8 +235,9 @@ CACHE_KEY = "jax_compilation_cache"
 """keras.json key: a folder for the compilation cache, or ``false`` to disable it."""
 CACHE_MAX_BYTES = 2 * 2**30
 """The cache's size cap: the least recently used entries go beyond it."""
-CACHE_MIN_COMPILE_SECS = 0.2
-"""Compilations shorter than this are not written (each write costs a few milliseconds)."""
+CACHE_MIN_COMPILE_SECS = 0.05
+"""Compilations shorter than this are not written (each write costs a few milliseconds; a
+read saves the compile, e.g. the 0.1-0.3 s of a random-weight draw of a new size)."""
 _OFF = ("", "0", "off", "false", "no", "none")
 
 

@@ -45,8 +45,10 @@ _TRUNCATION = 2.0  # truncated_normal redraws values beyond this many standard d
 # therefore made at a bucketed flat size and cut to the shape: with JAX's partitionable
 # threefry (its default), draws are prefix-stable and independent of the shape, so the numbers
 # are the same as a draw of that exact shape, and a model compiles a few buckets, not every
-# shape. Draws inside compiled graphs (traced keys) are made at their exact shape.
-_MIN_BUCKET = 1024
+# shape. The smallest bucket (65536 numbers, drawn in under a millisecond) holds every weight
+# of a small model, which then compiles one. Draws inside compiled graphs (traced keys) are
+# made at their exact shape.
+_MIN_BUCKET = 1 << 16
 
 
 def _sample(key: Any, a: Any, b: Any, *, kind: str, shape: tuple, dtype: str) -> Any:

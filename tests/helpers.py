@@ -100,3 +100,12 @@ def check_grad(
     got = K.function([xp], [g])([x.astype(np.float32)])[0]
     want = numeric_grad(lambda v: float(np.sum(reference(v))), x, eps=eps)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+EXECUTABLES: list = []
+"""One entry per XLA executable this process compiled or read from the persistent cache."""
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, seconds, **kw: (
+        EXECUTABLES.append(event) if event == "/jax/core/compile/backend_compile_duration" else None
+    )
+)

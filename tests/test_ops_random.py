@@ -4,11 +4,14 @@ per compiled call, one value per node within a call, seeds reproducing across pr
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 import scipy.stats
+from helpers import EXECUTABLES
 
 import jaxkeras as K
+from jaxkeras import ops_random
 
 N = 100_000
 
@@ -156,3 +159,29 @@ def test_random_variables():
 def test_argument_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_eager_draws_of_a_small_model_compile_one_generator():
+    K.random_uniform((5,), seed=1)  # the first eager draw compiles the key derivation too
+    shapes = [(3, 3, 1, 32), (3, 3, 32, 64), (256, 10), (64, 256), (65536,)]
+    before = len(EXECUTABLES)
+    for fn in (K.random_uniform, K.random_normal):
+        for shape in shapes:
+            assert fn(shape, seed=11).shape == shape
+    # one bucket (65536 numbers) holds each of these weights: one compiled draw per kind
+    assert len(EXECUTABLES) - before <= 2
+
+
+@pytest.mark.parametrize("kind", ["uniform", "normal", "truncated_normal"])
+def test_a_draw_cut_from_its_bucket_is_jax_s_draw_of_that_shape(kind):
+    key = jax.random.PRNGKey(42)
+    reference = {
+        "uniform": lambda shape: -1.0 + 4.0 * jax.random.uniform(key, shape),  # in [-1, 3)
+        "normal": lambda shape: -1.0 + 3.0 * jax.random.normal(key, shape),
+        "truncated_normal": lambda shape: (
+            -1.0 + 3.0 * jax.random.truncated_normal(key, -2, 2, shape)
+        ),
+    }[kind]
+    for shape in [(3, 5), (300, 7), (70000,)]:
+        drawn = ops_random._draw(kind, key, shape, -1.0, 3.0, "float32")
+        np.testing.assert_allclose(drawn, reference(shape), rtol=1e-6, atol=1e-6)
