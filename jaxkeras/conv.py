@@ -4,12 +4,16 @@ connected layers live in ``pool.py`` and ``local_conv.py``; their names are re-e
 Kernels use the Keras layouts: ``(spatial..., in_channels, out_channels)``; depthwise
 ``(spatial..., in_channels, multiplier)``; transposed ``(spatial..., out_channels, in_channels)``.
 Both data formats go straight to ``lax.conv_general_dilated`` through its dimension numbers, so
-no data is transposed. Plain convolutions have a second lowering, im2col + matmul (patches by
-strided slicing, then one dot), chosen per platform by :func:`conv_lowering`.
+no data is transposed. Plain convolutions have two more lowerings, chosen per platform by
+:func:`conv_lowering`: im2col + matmul (patches by strided slicing, then one dot) and taps (one
+dot with every window offset's kernel, then a sum of shifted slices).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +43,7 @@ from jaxkeras.spatial import (
     pad_spatial,
     spatial_axes,
     window_pads,
+    window_slice,
     window_slices,
 )
 
@@ -57,37 +62,50 @@ __all__ = [
     "separable_conv2d",
 ]
 
-LOWERINGS = ("auto", "lax", "im2col")
+LOWERINGS = ("auto", "lax", "im2col", "taps")
 
 # ---------------------------------------------------------------------------------------------
 # lowerings (pure functions on arrays; pads are explicit (low, high) pairs)
 
 
-IM2COL_MIN_FILTERS = 8
-"""3-D convolutions with fewer output filters keep XLA's convolution on CPU (see
-:func:`conv_lowering`)."""
+FEW_FILTERS = 8
+"""Convolutions with fewer output filters (and more input channels) use the ``'taps'``
+lowering on CPU (see :func:`conv_lowering`)."""
 
 
-def conv_lowering(platform: str, n: int, filters: int | None = None) -> str:
+def conv_lowering(
+    platform: str, n: int, filters: int | None = None, in_channels: int | None = None
+) -> str:
     """The lowering ``lowering='auto'`` uses for an ``n``-D convolution on ``platform``.
 
-    Measured by ``benchmarks/bench_conv.py`` on CPU: XLA's own convolution is the faster for
-    1-D and 2-D (im2col's patch copy costs more than it saves; 0.25-0.5x forward on a small
-    convnet's layers), im2col + matmul for 3-D (1.6-10x forward+backward, 8 -> 16 filters)
-    unless the convolution has few output filters: the patches (``27 * channels`` wide for a
-    3x3x3 window) cost as much to copy as the matmul saves, so with 1 filter (the conv_lstm
-    example's 40 -> 1 Conv3D) im2col is ~2.2x slower. Accelerators keep XLA's convolution.
+    Measured by ``benchmarks/bench_conv.py`` on CPU (forward and forward+backward):
+
+    - few output filters (< ``FEW_FILTERS``) from more input channels: ``'taps'``, which
+      copies only ``k^n * filters`` channels and whose gradients are matmuls, where XLA's
+      kernel gradient is not (the conv_lstm example's 40 -> 1 Conv3D: ~15x forward+backward
+      over ``'lax'``; 2-D 40 -> 1 or 4 filters: 3-4x). From fewer input channels than filters
+      (1 -> 4) its gradient is the slower.
+    - otherwise XLA's own convolution for 1-D and 2-D (im2col's patch copy costs more than it
+      saves; 0.25-0.5x forward on a small convnet's layers), im2col + matmul for 3-D (1.6-10x
+      forward+backward, 8 -> 16 filters) unless there are few filters.
+
+    Accelerators keep XLA's convolution.
 
     Args:
         platform: a JAX platform name (``'cpu'``, ``'cuda'``, ``'rocm'``, ``'tpu'``, ...).
         n: the number of spatial dimensions.
         filters: the number of output filters; ``None`` means many.
+        in_channels: the number of input channels; ``None`` means many.
 
     Returns:
-        ``'im2col'`` or ``'lax'``.
+        ``'taps'``, ``'im2col'`` or ``'lax'``.
     """
-    few = filters is not None and filters < IM2COL_MIN_FILTERS
-    return "im2col" if platform == "cpu" and n == 3 and not few else "lax"
+    if platform != "cpu":
+        return "lax"
+    few = filters is not None and filters < FEW_FILTERS
+    if few and (in_channels is None or in_channels > filters):
+        return "taps"
+    return "im2col" if n == 3 and not few else "lax"
 
 
 def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):
@@ -121,7 +139,40 @@ def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
     return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
 
 
-_CONV_LOWERINGS = {"lax": _lax_conv, "im2col": _im2col_conv}
+def _taps_conv(x, kernel, strides, pads, dilation, data_format):
+    """Convolution as one matmul, then a sum of shifted slices: every window offset's
+    ``(in, out)`` matrix applies to every position at once (channels ordered (offset, out)),
+    and output position ``o`` adds offset ``k``'s channels at ``o * stride + k * dilation``.
+
+    The copies are ``k^n * out_channels`` wide, so this suits few output channels, where
+    im2col's patches (``k^n * in_channels`` wide) would not. Both gradients are matmuls too:
+    the offsets' channels are split apart before they are shifted, so that the gradient
+    concatenates their (padded) cotangents instead of adding ``k^n`` full-width pads.
+    """
+    n = kernel.ndim - 2
+    window, (c_in, c_out) = kernel.shape[:n], kernel.shape[n:]
+    offsets = list(itertools.product(*(range(w) for w in window)))
+    flat = jnp.moveaxis(kernel.reshape(len(offsets), c_in, c_out), 0, 1)
+    flat = flat.reshape(c_in, len(offsets) * c_out)
+    z = lax.dot_general(x, flat, (((channel_axis(n, data_format),), (0,)), ((), ())))
+    axes = range(1, n + 1)  # z is channels last whatever x's format
+    padded = [s + lo + hi for s, (lo, hi) in zip(z.shape[1:-1], pads)]
+    outs = [
+        output_size(size, k, s, d, "valid")
+        for size, k, s, d in zip(padded, window, strides, dilation)
+    ]
+    parts = lax.split(z, [c_out] * len(offsets), axis=z.ndim - 1)
+    y = functools.reduce(
+        operator.add,
+        (
+            window_slice(pad_spatial(part, axes, pads), axes, offset, strides, dilation, outs)
+            for part, offset in zip(parts, offsets)
+        ),
+    )
+    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
+
+
+_CONV_LOWERINGS = {"lax": _lax_conv, "im2col": _im2col_conv, "taps": _taps_conv}
 
 
 def _pads_for(x, kernel, strides, padding, dilation, data_format):
@@ -137,7 +188,7 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     return lower(
         _CONV_LOWERINGS,
         lowering,
-        conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1]),
+        conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2]),
         (x, kernel),
         strides,
         pads,
@@ -405,7 +456,9 @@ def conv1d(
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 1-tuple.
         lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'``
-            (``lax.conv_general_dilated``) or ``'im2col'`` (strided patches and one matmul).
+            (``lax.conv_general_dilated``), ``'im2col'`` (strided patches and one matmul) or
+            ``'taps'`` (one matmul with every window offset's kernel, then a sum of shifted
+            slices: for few output channels).
 
     Returns:
         The output, ``(batch, new_steps, out_channels)`` or ``(batch, out_channels, new_steps)``.
@@ -449,8 +502,8 @@ def conv2d(
             the smaller half of the padding first).
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 2-tuple.
-        lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'`` or
-            ``'im2col'``.
+        lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'``,
+            ``'im2col'`` or ``'taps'`` (as in :func:`conv1d`).
 
     Returns:
         The output, with ``out_channels`` channels in the same data format.
@@ -489,8 +542,8 @@ def conv3d(
         padding: ``'valid'`` or ``'same'``.
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 3-tuple.
-        lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'`` or
-            ``'im2col'``.
+        lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'``,
+            ``'im2col'`` or ``'taps'`` (as in :func:`conv1d`).
 
     Returns:
         The output, with ``out_channels`` channels in the same data format.

@@ -128,6 +128,26 @@ def lower(
     return lowerings["lax" if lowering == "auto" else lowering](*operands, *args)
 
 
+def window_slice(
+    x: Any,
+    axes: Sequence[int],
+    offset: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out_sizes: Sequence[int],
+) -> Any:
+    """The strided slice of an already padded ``x`` that holds, at output position ``o``, the
+    element at ``o * stride + offset * dilation`` along each of ``axes`` (one window offset)."""
+    start = [0] * x.ndim
+    limit = list(x.shape)
+    step = [1] * x.ndim
+    for axis, k, s, d, o in zip(axes, offset, strides, dilations, out_sizes):
+        start[axis] = k * d
+        limit[axis] = k * d + (o - 1) * s + 1
+        step[axis] = s
+    return lax.slice(x, start, limit, step)
+
+
 def window_slices(
     x: Any,
     axes: Sequence[int],
@@ -136,20 +156,12 @@ def window_slices(
     dilations: Sequence[int],
     out_sizes: Sequence[int],
 ) -> list:
-    """One strided slice of ``x`` per window offset (row-major over the window).
+    """One :func:`window_slice` of ``x`` per window offset (row-major over the window).
 
-    Slice ``k`` holds, at output position ``o``, the element at ``o * stride + offset_k *
-    dilation`` along each of ``axes``: stacking the slices gives the patches of a sliding window
-    over an already padded ``x`` (a static loop over the window, never over positions).
+    Stacking the slices gives the patches of a sliding window over an already padded ``x`` (a
+    static loop over the window, never over positions).
     """
-    slices = []
-    for offset in itertools.product(*(range(w) for w in windows)):
-        start = [0] * x.ndim
-        limit = list(x.shape)
-        step = [1] * x.ndim
-        for axis, k, s, d, o in zip(axes, offset, strides, dilations, out_sizes):
-            start[axis] = k * d
-            limit[axis] = k * d + (o - 1) * s + 1
-            step[axis] = s
-        slices.append(lax.slice(x, start, limit, step))
-    return slices
+    return [
+        window_slice(x, axes, offset, strides, dilations, out_sizes)
+        for offset in itertools.product(*(range(w) for w in windows))
+    ]

@@ -62,7 +62,7 @@ def test_conv_matches_reference(n, data_format, padding, strides, dilation):
     )
 
 
-@pytest.mark.parametrize("lowering", ["lax", "im2col"])
+@pytest.mark.parametrize("lowering", ["lax", "im2col", "taps"])
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
 def test_each_lowering_matches_reference(lowering, n, data_format):
@@ -78,10 +78,40 @@ def test_each_lowering_matches_reference(lowering, n, data_format):
         np.testing.assert_allclose(np.asarray(got), want, **TOL)
 
 
+@pytest.mark.parametrize("lowering", ["im2col", "taps"])
+@pytest.mark.parametrize(("n", "data_format", "padding", "strides", "dilation"), CONV_CASES)
+def test_lowering_gradients_match_lax(lowering, n, data_format, padding, strides, dilation):
+    # Both gradients (input and kernel) of each matmul lowering against lax's, same cotangent.
+    x, w = conv_inputs(n, data_format, c_in=5, c_out=2)
+
+    def vjp(low):
+        fn = lambda a, b: CONV_OPS[n](a, b, strides, padding, data_format, dilation, lowering=low)  # noqa: E731
+        y, back = jax.vjp(fn, x, w)
+        ct = np.random.default_rng(1).standard_normal(y.shape).astype(np.float32)
+        return back(ct)
+
+    for got, want in zip(jax.jit(lambda: vjp(lowering))(), jax.jit(lambda: vjp("lax"))()):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
 def test_conv_lowering_policy():
     assert [conv.conv_lowering("cpu", n) for n in (1, 2, 3)] == ["lax", "lax", "im2col"]
-    assert [conv.conv_lowering("cpu", 3, f) for f in (1, 7, 8)] == ["lax", "lax", "im2col"]
-    assert {conv.conv_lowering(p, n) for p in ("cuda", "rocm", "tpu") for n in (1, 2, 3)} == {"lax"}
+    assert [conv.conv_lowering("cpu", 3, f) for f in (1, 7, 8)] == ["taps", "taps", "im2col"]
+    # few filters from fewer input channels: taps' gradient is the slower there
+    assert [conv.conv_lowering("cpu", 2, 4, c) for c in (1, 4, 5, 40)] == [
+        "lax",
+        "lax",
+        "taps",
+        "taps",
+    ]
+    assert conv.conv_lowering("cpu", 3, 4, 2) == "lax"
+    assert conv.conv_lowering("cpu", 2, 40, 40) == "lax"
+    assert {
+        conv.conv_lowering(p, n, f)
+        for p in ("cuda", "rocm", "tpu")
+        for n in (1, 2, 3)
+        for f in (1, 64)
+    } == {"lax"}
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -89,16 +119,18 @@ def test_auto_conv_lowering_is_decided_per_platform(n):
     x, w = conv_inputs(n, "channels_last")
     for platform in ("cpu", "cuda", "tpu"):
         text = lowered_for(platform, lambda a: CONV_OPS[n](a, w, padding="same"), x)
-        assert ("convolution" in text) == (conv.conv_lowering(platform, n, w.shape[-1]) == "lax"), (
-            platform
-        )
+        chosen = conv.conv_lowering(platform, n, w.shape[-1], w.shape[-2])
+        assert ("convolution" in text) == (chosen == "lax"), platform
 
 
-def test_auto_conv3d_with_few_filters_keeps_the_lax_lowering_on_cpu():
+def test_auto_conv3d_with_few_filters_uses_taps_on_cpu():
     x = uniform(1, 4, 5, 5, 6)
     few, many = uniform(3, 3, 3, 6, 1), uniform(3, 3, 3, 6, 8)
-    assert "convolution" in lowered_for("cpu", lambda a: K.conv3d(a, few, padding="same"), x)
-    assert "convolution" not in lowered_for("cpu", lambda a: K.conv3d(a, many, padding="same"), x)
+    for kernel in (few, many):
+        text = lowered_for("cpu", lambda a, k=kernel: K.conv3d(a, k, padding="same"), x)
+        assert "convolution" not in text and "dot_general" in text
+    text = lowered_for("cuda", lambda a: K.conv3d(a, few, padding="same"), x)
+    assert "convolution" in text
     ref = K.conv3d(x, few, padding="same", lowering="lax")
     np.testing.assert_allclose(K.conv3d(x, few, padding="same"), ref, rtol=1e-5, atol=1e-6)
 
@@ -270,6 +302,18 @@ GRAD_CASES = {
         lambda x, w: np_conv(x, w, (2, 1), "same", 1, "channels_first"),
         (1, 2, 5, 4),
         (3, 2, 2, 2),
+    ),
+    "conv2d taps": (
+        lambda x, w: K.conv2d(x, w, (1, 2), "same", "channels_first", (2, 1), lowering="taps"),
+        lambda x, w: np_conv(x, w, (1, 2), "same", (2, 1), "channels_first"),
+        (1, 3, 5, 4),
+        (2, 2, 3, 1),
+    ),
+    "conv3d taps": (
+        lambda x, w: K.conv3d(x, w, (1, 2, 1), "valid", lowering="taps"),
+        lambda x, w: np_conv(x, w, (1, 2, 1), "valid"),
+        (1, 3, 4, 3, 3),
+        (2, 2, 2, 3, 2),
     ),
     "conv2d lax": (
         lambda x, w: K.conv2d(x, w, 1, "valid", dilation_rate=(1, 2), lowering="lax"),
