@@ -10,7 +10,9 @@ alike:
    one matmul) and ``patches`` (patches by ``lax.conv_general_dilated_patches``, one matmul;
    written here for comparison), on the layers of a small MNIST convnet, B=128: 28x28x1 -> 32
    and 14x14x32 -> 64, 3x3 kernels, 'same' and 'valid'.
-2. The same for ``K.conv1d`` and ``K.conv3d`` (``lax`` against ``im2col``).
+2. The same for ``K.conv1d`` and ``K.conv3d`` (``lax`` against ``im2col``), and for
+   convolutions with few output filters (< ``conv.FEW_FILTERS``) every lowering: ``taps``
+   (one matmul with every window offset's kernel, then a sum of shifted slices) and ``auto``.
 3. ``K.pool2d`` 2x2/2 max pooling forward and forward+backward per lowering: ``lax``
    (``lax.reduce_window``, whose gradient is XLA's select-and-scatter) and ``reshape``.
 4. One SGD step of that convnet (conv32-relu-maxpool-conv64-relu-maxpool-dense10, softmax
@@ -83,9 +85,10 @@ def compare(
 
 
 def time_alternately(fns: dict[str, Callable], args: tuple, repeats: int) -> dict:
-    """Seconds per call of each jit-compiled function on ``args``, one per round, interleaved."""
+    """CPU seconds per call of each jit-compiled function on ``args``, one per round,
+    interleaved."""
     calls = {n: functools.partial(_call, fn, args) for n, fn in fns.items()}
-    return interleaved(calls, repeats)
+    return interleaved(calls, repeats, clock="cpu")
 
 
 def _call(fn: Callable, args: tuple) -> None:
@@ -107,17 +110,22 @@ def conv2d_rows(repeats: int, rng: np.random.Generator) -> list:
 
 
 def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
-    """conv1d and conv3d: is im2col worth it there?"""
+    """conv1d and conv3d: is im2col worth it there? And few output filters (``'taps'``): from
+    more input channels (where ``'auto'`` picks it on CPU) and from fewer (where it does not)."""
     cases = [
         ("conv1d 128x100x32->64 k3", K.conv1d, (BATCH, 100, 32), (3, 32, 64)),
         ("conv3d 8x16x16x16x8->16 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 16)),
+        ("conv1d 128x100x32->4 k3", K.conv1d, (BATCH, 100, 32), (3, 32, 4)),
+        ("conv2d 10x40x40x40->1 k3", K.conv2d, (10, 40, 40, 40), (3, 3, 40, 1)),
+        ("conv2d 10x40x40x40->4 k3", K.conv2d, (10, 40, 40, 40), (3, 3, 40, 4)),
+        ("conv2d 128x28x28x1->4 k3", K.conv2d, (BATCH, 28, 28, 1), (3, 3, 1, 4)),
+        ("conv3d 8x16x16x16x8->4 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 4)),
     ]
     rows = []
     for label, op, x_shape, k_shape in cases:
         args = (normal(rng, *x_shape), normal(rng, *k_shape, scale=0.1))
-        fns = {
-            low: functools.partial(op, padding="same", lowering=low) for low in ("lax", "im2col")
-        }
+        lowerings = ("lax", "im2col") if k_shape[-1] >= conv.FEW_FILTERS else conv.LOWERINGS
+        fns = {low: functools.partial(op, padding="same", lowering=low) for low in lowerings}
         rows += compare(f"{label} same", fns, args, repeats, rng)
     return rows
 
@@ -197,7 +205,7 @@ def conv3d_auto_row(repeats: int, quick: bool) -> Row:
     ct = jnp.asarray(rng.standard_normal((batch, 15, 40, 40, 1)), jnp.float32)
     both = {n: forward_backward(fn) for n, fn in fns.items()}
     times = time_alternately(both, (*args, ct), repeats)
-    chosen = conv.conv_lowering(jax.default_backend(), 3, 1)
+    chosen = conv.conv_lowering(jax.default_backend(), 3, 1, 40)
     row = ratio_row(
         f"`K.conv3d` fwd+bwd ({batch}, 15, 40, 40, 40) -> 1 filter, 3x3x3: 'auto' vs 'lax'",
         times["auto"],
