@@ -69,8 +69,8 @@ LOWERINGS = ("auto", "lax", "im2col", "taps")
 
 
 FEW_FILTERS = 8
-"""Convolutions with fewer output filters (and more input channels) use the ``'taps'``
-lowering on CPU (see :func:`conv_lowering`)."""
+"""Convolutions with fewer output filters use the ``'taps'`` lowering on CPU (or ``'im2col'``
+when they have as few input channels; see :func:`conv_lowering`)."""
 
 
 def conv_lowering(
@@ -82,12 +82,13 @@ def conv_lowering(
 
     - few output filters (< ``FEW_FILTERS``) from more input channels: ``'taps'``, which
       copies only ``k^n * filters`` channels and whose gradients are matmuls, where XLA's
-      kernel gradient is not (the conv_lstm example's 40 -> 1 Conv3D: ~15x forward+backward
-      over ``'lax'``; 2-D 40 -> 1 or 4 filters: 3-4x). From fewer input channels than filters
-      (1 -> 4) its gradient is the slower.
+      kernel gradient is not (the conv_lstm example's 40 -> 1 Conv3D: 0.08x the time of
+      ``'lax'`` forward+backward; 40 -> 1 or 4 in 2-D, 32 -> 4 in 1-D, 8 -> 4 in 3-D:
+      0.4-0.7x). From as few input channels (1 -> 4 in 2-D) its gradient is the slower
+      (1.3x) and im2col's patches are narrow: ``'im2col'`` (0.6x).
     - otherwise XLA's own convolution for 1-D and 2-D (im2col's patch copy costs more than it
-      saves; 0.25-0.5x forward on a small convnet's layers), im2col + matmul for 3-D (1.6-10x
-      forward+backward, 8 -> 16 filters) unless there are few filters.
+      saves; 0.25-0.5x forward on a small convnet's layers), im2col + matmul for 3-D (0.75x
+      forward+backward, 8 -> 16 filters).
 
     Accelerators keep XLA's convolution.
 
@@ -102,10 +103,9 @@ def conv_lowering(
     """
     if platform != "cpu":
         return "lax"
-    few = filters is not None and filters < FEW_FILTERS
-    if few and (in_channels is None or in_channels > filters):
-        return "taps"
-    return "im2col" if n == 3 and not few else "lax"
+    if filters is not None and filters < FEW_FILTERS:
+        return "taps" if in_channels is None or in_channels > filters else "im2col"
+    return "im2col" if n == 3 else "lax"
 
 
 def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):

@@ -97,21 +97,16 @@ def test_lowering_gradients_match_lax(lowering, n, data_format, padding, strides
 def test_conv_lowering_policy():
     assert [conv.conv_lowering("cpu", n) for n in (1, 2, 3)] == ["lax", "lax", "im2col"]
     assert [conv.conv_lowering("cpu", 3, f) for f in (1, 7, 8)] == ["taps", "taps", "im2col"]
-    # few filters from fewer input channels: taps' gradient is the slower there
-    assert [conv.conv_lowering("cpu", 2, 4, c) for c in (1, 4, 5, 40)] == [
-        "lax",
-        "lax",
-        "taps",
-        "taps",
-    ]
-    assert conv.conv_lowering("cpu", 3, 4, 2) == "lax"
+    # few filters: taps from more input channels, im2col's narrow patches from as few
+    few = [conv.conv_lowering("cpu", 2, 4, c) for c in (1, 4, 5, 40)]
+    assert few == ["im2col", "im2col", "taps", "taps"]
+    assert conv.conv_lowering("cpu", 3, 4, 2) == "im2col"
     assert conv.conv_lowering("cpu", 2, 40, 40) == "lax"
-    assert {
-        conv.conv_lowering(p, n, f)
-        for p in ("cuda", "rocm", "tpu")
-        for n in (1, 2, 3)
-        for f in (1, 64)
-    } == {"lax"}
+    platforms = ("cuda", "rocm", "tpu")
+    choices = {
+        conv.conv_lowering(p, n, f, 40) for p in platforms for n in (1, 2, 3) for f in (1, 64)
+    }
+    assert choices == {"lax"}
 
 
 @pytest.mark.parametrize("n", [2, 3])
