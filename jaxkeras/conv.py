@@ -38,6 +38,7 @@ from jaxkeras.spatial import (
     common_dtype,
     dimension_numbers,
     effective_size,
+    in_loop_body,
     lower,
     output_size,
     pad_spatial,
@@ -106,6 +107,26 @@ def conv_lowering(
     if filters is not None and filters < FEW_FILTERS:
         return "taps" if in_channels is None or in_channels > filters else "im2col"
     return "im2col" if n == 3 else "lax"
+
+
+def loop_conv_lowering(filters: int | None, in_channels: int | None) -> str:
+    """The lowering ``lowering='auto'`` uses on CPU inside a compiled loop's body.
+
+    XLA:CPU runs its own convolution's gradients inside a compiled loop many times slower
+    than outside, and fully unrolling the loop instead lets XLA fuse each step's elementwise
+    work into later steps' (a ConvLSTM's cell state chain recomputed once per consumer), so
+    loops keep matmul lowerings: im2col from fewer input channels than filters (narrow
+    patches), taps otherwise (measured by ``benchmarks/bench_conv.py``, ConvLSTM rows).
+
+    Args:
+        filters: the number of output filters; ``None`` means many.
+        in_channels: the number of input channels; ``None`` means many.
+
+    Returns:
+        ``'im2col'`` or ``'taps'``.
+    """
+    few_inputs = in_channels is not None and (filters is None or in_channels < filters)
+    return "im2col" if few_inputs else "taps"
 
 
 def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):
@@ -188,7 +209,9 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     return lower(
         _CONV_LOWERINGS,
         lowering,
-        conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2]),
+        loop_conv_lowering(kernel.shape[-1], kernel.shape[-2])
+        if in_loop_body()
+        else conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2]),
         (x, kernel),
         strides,
         pads,
@@ -246,8 +269,9 @@ def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_forma
 
 
 # XLA:CPU runs these (and their gradients) inside a compiled loop several times slower than
-# unrolled: rnn unrolls short loops whose step runs one (see rnn._scan).
-for _body in (_conv.pure, _depthwise, _separable_conv.pure, _conv_transpose.pure):
+# unrolled: rnn unrolls short loops whose step runs one (see rnn._scan). Plain convolutions
+# choose a matmul lowering there instead (see loop_conv_lowering).
+for _body in (_depthwise, _separable_conv.pure, _conv_transpose.pure):
     _body.slow_in_cpu_loops = True
 
 

@@ -21,6 +21,7 @@ from jax import lax
 from jaxkeras import graph
 from jaxkeras.checks import check_bool, check_callable, check_dtype, compatible
 from jaxkeras.graph import Context, Placeholder, Symbolic, dtype_of
+from jaxkeras.spatial import loop_body
 from jaxkeras.state import forbid_updates
 from jaxkeras.tensors import int_shape, ndim
 
@@ -91,7 +92,8 @@ class StepGraph(graph.Subgraph):
         result: what ``fn`` returned (a pytree of tensors).
         captured: the outside values the body uses; pass their values to :meth:`run`.
         slow_in_cpu_loops: whether the body runs an op that XLA:CPU runs much slower inside a
-            compiled loop than unrolled (convolutions, whose op bodies are marked so).
+            compiled loop than unrolled (depthwise, separable and transposed convolutions,
+            whose op bodies are marked so).
         uses_learning_phase: whether the body depends on the learning phase.
     """
 
@@ -252,18 +254,24 @@ def _lengths(input_length: Any) -> Any:
 
 
 _MAX_UNROLLED_STEPS = 64
-"""The longest loop rnn unrolls on CPU when its step convolves (compile time grows with it)."""
+"""The longest loop rnn unrolls on CPU when its step runs an op marked ``slow_in_cpu_loops``
+(compile time grows with it)."""
 
 
 def _scan(body: Callable, carry: Any, xs: Any, steps: int, slow_in_cpu_loops: bool) -> Any:
-    """``lax.scan``, fully unrolled on CPU when the body convolves and the loop is short.
+    """``lax.scan``, fully unrolled on CPU when the body runs an op that XLA:CPU runs much
+    slower inside a compiled loop (depthwise, separable and transposed convolutions) and the
+    loop is short; other platforms keep the loop.
 
-    XLA:CPU runs a convolution's gradient inside a compiled loop about five times slower than
-    unrolled (a 15-step ConvLSTM: 0.63 s vs 0.13 s per training step, compile 1.8 s vs 4.4 s);
-    other platforms keep the loop.
+    The loop's body is traced inside :func:`~jaxkeras.spatial.loop_body`, where plain
+    convolutions with ``lowering='auto'`` choose matmul lowerings on CPU (see
+    ``conv.loop_conv_lowering``), so a ConvLSTM keeps its loop: unrolled, XLA fuses the cell
+    state's chain into every later step's consumers (the conv_lstm example's training step:
+    7.9 s CPU unrolled with XLA's convolutions vs 4.2 s kept as a loop with matmuls).
     """
     if not slow_in_cpu_loops or steps > _MAX_UNROLLED_STEPS:
-        return lax.scan(body, carry, xs)
+        with loop_body():
+            return lax.scan(body, carry, xs)
     return lax.platform_dependent(
         carry,
         xs,

@@ -7,8 +7,10 @@ at trace time).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -106,6 +108,35 @@ def pad_spatial(
     for axis, (lo, hi) in zip(axes, pads):
         config[axis] = (lo, hi, 0)
     return lax.pad(x, lax.convert_element_type(value, x.dtype), config)
+
+
+_IN_LOOP_BODY: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxkeras_in_loop_body", default=False
+)
+
+
+@contextlib.contextmanager
+def loop_body() -> Iterator[None]:
+    """Marks the ops traced inside as the body of a compiled loop (``lax.scan``), where
+    ``lowering='auto'`` may choose differently (see :func:`in_loop_body`).
+
+    Returns:
+        A context manager.
+    """
+    token = _IN_LOOP_BODY.set(True)
+    try:
+        yield
+    finally:
+        _IN_LOOP_BODY.reset(token)
+
+
+def in_loop_body() -> bool:
+    """Whether ops are being traced inside :func:`loop_body`.
+
+    Returns:
+        ``True`` inside a compiled loop's body.
+    """
+    return _IN_LOOP_BODY.get()
 
 
 def lower(

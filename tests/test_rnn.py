@@ -622,14 +622,36 @@ def _conv_rnn(unroll):
     return K.function([x], [last, outputs, *grads])
 
 
-def test_a_convolving_step_is_unrolled_on_cpu_with_the_same_results():
+def test_a_convolving_step_keeps_its_loop_with_matmul_lowerings_on_cpu():
     feed = np.random.default_rng(2).normal(size=(2, 5, 6, 6, 2)).astype(np.float32)
     scanned, unrolled = _conv_rnn(False), _conv_rnn(True)
-    for a, b in zip(scanned([feed]), unrolled([feed])):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(scanned([feed]), unrolled([feed])):  # dots vs XLA's convolution: the
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # sums run in another order
     hlo = (
         jax.jit(lambda *args: scanned._traced(0, [], *args))
         .lower([v for v in scanned.state().values()], None, [feed])
+        .compile()
+        .as_text()
+    )
+    assert "while" in hlo  # the loop is kept ...
+    assert "convolution" not in hlo  # ... and its convolutions (and their gradients) are dots
+
+
+def test_a_depthwise_convolving_step_is_unrolled_on_cpu():
+    kernel = K.variable(np.random.default_rng(0).normal(0, 0.2, (3, 3, 2, 1)))
+
+    def step(x_t, states):
+        h = K.tanh(K.depthwise_conv2d(x_t + states[0], kernel, padding="same"))
+        return h, [h]
+
+    x = K.placeholder((None, 3, 5, 5, 2))
+    last, _, _ = K.rnn(step, x, [K.zeros_like(x[:, 0])])
+    f = K.function([x], [last])
+    feed = np.ones((2, 3, 5, 5, 2), np.float32)
+    hlo = (
+        jax.jit(lambda *args: f._traced(0, [], *args))
+        .lower([v for v in f.state().values()], None, [feed])
+        .compile()
         .as_text()
     )
     assert "while" not in hlo  # one unrolled loop body per step on CPU
