@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras import conv
+from jaxkeras import conv, spatial
 from tests.conv_reference import (
     TOL,
     channels,
@@ -107,6 +107,23 @@ def test_conv_lowering_policy():
         conv.conv_lowering(p, n, f, 40) for p in platforms for n in (1, 2, 3) for f in (1, 64)
     }
     assert choices == {"lax"}
+
+
+def test_loop_conv_lowering_policy():
+    assert conv.loop_conv_lowering(40, 1) == "im2col"  # narrow patches
+    assert [conv.loop_conv_lowering(f, 40) for f in (1, 40, 160)] == ["taps", "taps", "im2col"]
+    assert conv.loop_conv_lowering(None, None) == "taps"
+
+
+def test_auto_conv_in_a_loop_body_is_a_matmul_on_cpu():
+    x, w = conv_inputs(2, "channels_last", c_in=2, c_out=8)  # 'lax' outside a loop
+    with spatial.loop_body():
+        assert spatial.in_loop_body()
+        text = lowered_for("cpu", lambda a: K.conv2d(a, w, padding="same"), x)
+        assert "convolution" in lowered_for("cuda", lambda a: K.conv2d(a, w, padding="same"), x)
+    assert not spatial.in_loop_body()
+    assert "convolution" not in text and "dot_general" in text
+    assert "convolution" in lowered_for("cpu", lambda a: K.conv2d(a, w, padding="same"), x)
 
 
 @pytest.mark.parametrize("n", [2, 3])
