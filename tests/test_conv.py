@@ -111,8 +111,14 @@ def test_conv_lowering_policy():
 
 def test_loop_conv_lowering_policy():
     assert conv.loop_conv_lowering(40, 1) == "im2col"  # narrow patches
-    assert [conv.loop_conv_lowering(f, 40) for f in (1, 40, 160)] == ["taps", "taps", "im2col"]
-    assert conv.loop_conv_lowering(None, None) == "taps"
+    assert [conv.loop_conv_lowering(f, 40) for f in (1, 39, 40, 160)] == [
+        "taps",
+        "taps",
+        "im2col",
+        "im2col",
+    ]
+    assert conv.loop_conv_lowering(4, None) == "taps"
+    assert conv.loop_conv_lowering(None, 4) == "im2col"
 
 
 def test_auto_conv_in_a_loop_body_is_a_matmul_on_cpu():
