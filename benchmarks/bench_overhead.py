@@ -5,7 +5,9 @@ time of the process, steadier than wall time on a shared machine):
 
 1. a tiny compiled function (a 4x4 dot and one update, NumPy in, NumPy out) against a
    ``jax.jit`` function that donates the state the same way and converts the same;
-2. eager ``K.sum(K.square(x) + 1)`` on a ``jax.Array`` against the same ``jax.numpy`` code;
+2. eager ``K.sum(K.square(x) + 1)`` on a ``jax.Array`` against the same ``jax.numpy`` code,
+   and other common eager ops (``K.dot``, ``K.mean(axis=-1)``, ``K.relu``, ``K.concatenate``)
+   likewise, so that the figure is not one expression's;
 3. a function with 10, 100 and 1,000 variables (each updated) against ``jax.jit`` on a list of
    as many donated arrays, and the cost per variable (the slope from 10 to 1,000);
 4. the same for a predict-like function that reads 10, 100 and 1,000 variables and updates none,
@@ -22,6 +24,7 @@ import argparse
 import functools
 import itertools
 import operator
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -60,26 +63,51 @@ def call_overhead(rounds: int, number: int) -> Row:
     )
 
 
-def eager_overhead(rounds: int, number: int) -> Row:
-    """``K.sum(K.square(x) + 1)`` against ``jnp.sum(jnp.square(x) + 1)`` on a ``jax.Array``."""
-    x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8)), jnp.float32)
-    np.testing.assert_allclose(K.sum(K.square(x) + 1), jnp.sum(jnp.square(x) + 1))
-    times = interleaved(
-        {
-            "K": lambda: K.sum(K.square(x) + 1).block_until_ready(),
-            "jnp": lambda: jnp.sum(jnp.square(x) + 1).block_until_ready(),
-        },
-        rounds,
-        number,
-        clock="cpu",
-    )
-    return ratio_row(
-        "eager `K.sum(K.square(x) + 1)`, 8x8 `jax.Array`",
-        times["K"],
-        times["jnp"],
-        1.1,
-        "vs the same `jax.numpy`",
-    )
+def _eager_pairs() -> list[tuple[str, Callable, Callable]]:
+    """(figure, jaxkeras call, the same ``jax.numpy`` call) for common eager ops on 8x8 arrays.
+
+    Each reference is the ``jax.numpy`` code the op runs (for ``K.relu``, its body: a select,
+    not ``jax.nn.relu``, whose custom derivative makes it slower than both)."""
+    rng = np.random.default_rng(0)
+    x, y = (jnp.asarray(rng.normal(size=(8, 8)), jnp.float32) for _ in range(2))
+    pairs = [
+        (
+            "`K.sum(K.square(x) + 1)`",
+            lambda: K.sum(K.square(x) + 1),
+            lambda: jnp.sum(jnp.square(x) + 1),
+        ),
+        ("`K.dot(x, y)`", lambda: K.dot(x, y), lambda: jnp.dot(x, y)),
+        ("`K.mean(x, axis=-1)`", lambda: K.mean(x, axis=-1), lambda: jnp.mean(x, axis=-1)),
+        ("`K.relu(x)`", lambda: K.relu(x), lambda: jnp.where(x > 0.0, x, 0)),
+        (
+            "`K.concatenate([x, y])`",
+            lambda: K.concatenate([x, y]),
+            lambda: jnp.concatenate([x, y], axis=-1),
+        ),
+    ]
+    for _, ours, theirs in pairs:
+        np.testing.assert_allclose(ours(), theirs(), rtol=1e-6)
+    return pairs
+
+
+def eager_overhead(rounds: int, number: int) -> list[Row]:
+    """Eager ops on a ``jax.Array`` against the same ``jax.numpy`` code, one row per op."""
+    pairs = _eager_pairs()
+    fns = {}
+    for i, (_, ours, theirs) in enumerate(pairs):
+        fns[f"K{i}"] = lambda f=ours: f().block_until_ready()
+        fns[f"jnp{i}"] = lambda f=theirs: f().block_until_ready()
+    times = interleaved(fns, rounds, number, clock="cpu")
+    return [
+        ratio_row(
+            f"eager {figure}, 8x8 `jax.Array`",
+            times[f"K{i}"],
+            times[f"jnp{i}"],
+            1.1,
+            "vs the same `jax.numpy`",
+        )
+        for i, (figure, _, _) in enumerate(pairs)
+    ]
 
 
 def _many_variables(n: int):
@@ -227,7 +255,7 @@ def main(quick: bool = False) -> list[Row]:
     rounds = 9 if quick else 21
     rows = [
         call_overhead(rounds, 300 if quick else 1000),
-        eager_overhead(rounds, 200 if quick else 500),
+        *eager_overhead(rounds, 100 if quick else 300),
     ]
     rows += variable_scaling(rounds, 20 if quick else 50)
     rows += read_scaling(rounds, 20 if quick else 50)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkeras.config import enable_x64_for, floatx, normalize_data_format
-from jaxkeras.graph import Node, VariableNode, standardize_dtype, static_shape
+from jaxkeras.graph import ARRAY_TYPES, Node, VariableNode, standardize_dtype, static_shape
 from jaxkeras.graph.dtypes import ALIASES as _ALIASES
 
 PADDINGS = ("same", "valid")
@@ -56,12 +56,16 @@ def check_float(fn: str, arg: str, value: Any, minimum: float | None = None) -> 
         TypeError: when it is not a number (a tensor, a bool, a string, an array).
         ValueError: when it is below ``minimum``.
     """
-    if isinstance(value, (Node, bool, str)) or np.ndim(value) != 0:
-        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}")
-    try:
+    kind = type(value)
+    if kind is float or kind is int:  # the common case, known good without NumPy's help
         number = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}") from None
+    elif isinstance(value, (Node, bool, str)) or np.ndim(value) != 0:
+        raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}")
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{fn}: {arg} must be a Python number, got {value!r}") from None
     if minimum is not None and not number >= minimum:
         raise ValueError(f"{fn}: {arg} must be >= {minimum}, got {value!r}")
     return number
@@ -213,8 +217,11 @@ def check_axis_of(fn: str, arg: str, x: Any, axis: Any, extra: int = 0) -> int:
     Returns:
         The axis as an int in ``[0, ndim(x) + extra)``.
     """
-    shape = static_shape(x)
-    return check_axis(fn, arg, axis, len(shape) + extra, f"shape {shape}")
+    shape = x.shape if type(x) in ARRAY_TYPES else static_shape(x)
+    rank = len(shape) + extra
+    if type(axis) is int and -rank <= axis < rank:  # valid: skip formatting the message
+        return axis % rank
+    return check_axis(fn, arg, axis, rank, f"shape {shape}")
 
 
 def check_axes_of(fn: str, arg: str, x: Any, axis: Any) -> tuple | None:

@@ -12,7 +12,7 @@ from jaxkeras.checks import (
     check_axis_of,
     is_int,
 )
-from jaxkeras.graph import op
+from jaxkeras.graph import op, static_shape
 from jaxkeras.ops_common import (
     TensorLike,
 )
@@ -28,9 +28,7 @@ def _check_same(a: int | None, b: int | None, fn: str, what: str, x: Any, y: Any
         )
 
 
-@op(name="dot")
-def _dot(x: Any, y: Any) -> Any:
-    return jnp.dot(x, y)
+_dot = op(jnp.dot, name="dot")  # the body is jax.numpy's: no Python frame between
 
 
 def dot(x: TensorLike, y: TensorLike) -> TensorLike:
@@ -50,10 +48,13 @@ def dot(x: TensorLike, y: TensorLike) -> TensorLike:
     Raises:
         ValueError: when the summed dimensions differ.
     """
-    if ndim(x) and ndim(y):
-        y_axis, which = (-2, "second-to-last") if ndim(y) >= 2 else (-1, "only")
-        what = f"the last dimension of x must equal the {which} dimension of y"
-        _check_same(int_shape(x)[-1], int_shape(y)[y_axis], "dot", what, x, y)
+    shape_x, shape_y = static_shape(x), static_shape(y)
+    if len(shape_x) and len(shape_y):
+        y_axis = -2 if len(shape_y) >= 2 else -1
+        if shape_x[-1] != shape_y[y_axis]:  # (the message is formatted only then)
+            which = "second-to-last" if y_axis == -2 else "only"
+            what = f"the last dimension of x must equal the {which} dimension of y"
+            _check_same(shape_x[-1], shape_y[y_axis], "dot", what, x, y)
     return _dot(x, y)
 
 

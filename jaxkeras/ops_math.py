@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-@op(name="abs")
+@op(name="abs", eager=jnp.abs)
 def abs(x: TensorLike) -> TensorLike:
     """Element-wise absolute value.
 
@@ -55,7 +55,7 @@ def abs(x: TensorLike) -> TensorLike:
     return jnp.abs(x)
 
 
-@op
+@op(eager=jnp.square)
 def square(x: TensorLike) -> TensorLike:
     """Element-wise square.
 
@@ -81,7 +81,7 @@ def sqrt(x: TensorLike) -> TensorLike:
     return jnp.sqrt(jnp.maximum(x, 0))
 
 
-@op
+@op(eager=jnp.exp)
 def exp(x: TensorLike) -> TensorLike:
     """Element-wise exponential.
 
@@ -94,7 +94,7 @@ def exp(x: TensorLike) -> TensorLike:
     return jnp.exp(x)
 
 
-@op
+@op(eager=jnp.log)
 def log(x: TensorLike) -> TensorLike:
     """Element-wise natural logarithm.
 
@@ -107,7 +107,7 @@ def log(x: TensorLike) -> TensorLike:
     return jnp.log(x)
 
 
-@op
+@op(eager=jnp.sin)
 def sin(x: TensorLike) -> TensorLike:
     """Element-wise sine.
 
@@ -120,7 +120,7 @@ def sin(x: TensorLike) -> TensorLike:
     return jnp.sin(x)
 
 
-@op
+@op(eager=jnp.cos)
 def cos(x: TensorLike) -> TensorLike:
     """Element-wise cosine.
 
@@ -133,7 +133,7 @@ def cos(x: TensorLike) -> TensorLike:
     return jnp.cos(x)
 
 
-@op
+@op(eager=jnp.sign)
 def sign(x: TensorLike) -> TensorLike:
     """Element-wise sign: -1, 0 or 1.
 
@@ -146,7 +146,7 @@ def sign(x: TensorLike) -> TensorLike:
     return jnp.sign(x)
 
 
-@op(name="round")
+@op(name="round", eager=jnp.round)
 def round(x: TensorLike) -> TensorLike:
     """Element-wise rounding to the nearest integer; ties go to the even neighbour.
 

@@ -15,7 +15,7 @@ from jaxkeras.checks import (
     check_int,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import dtype_of, op
+from jaxkeras.graph import ARRAY_TYPES, dtype_of, op
 from jaxkeras.ops_common import (
     Axes,
     TensorLike,
@@ -46,29 +46,26 @@ __all__ = [
 _L2_EPSILON = 1e-12
 
 
-def _reduction(reducer: Callable, name: str) -> Callable:
-    """Makes an op ``(x, axes, keepdims) -> reducer(x, axis=axes, keepdims=keepdims)``."""
-
-    def body(x: Any, axis: tuple | None, keepdims: bool) -> Any:
-        return reducer(x, axis=axis, keepdims=keepdims)
-
-    return op(body, name=name)
-
-
 def _logical(reducer: Callable) -> Callable:
-    return lambda x, axis, keepdims: reducer(jnp.asarray(x).astype(bool), axis, keepdims=keepdims)
+    def body(x: Any, axis: int | tuple | None = None, keepdims: bool = False) -> Any:
+        return reducer(jnp.asarray(x).astype(bool), axis, keepdims=keepdims)
+
+    return body
 
 
-_sum = _reduction(jnp.sum, "sum")
-_prod = _reduction(jnp.prod, "prod")
-_mean = _reduction(jnp.mean, "mean")
-_max = _reduction(jnp.max, "max")
-_min = _reduction(jnp.min, "min")
-_var = _reduction(jnp.var, "var")
-_std = _reduction(jnp.std, "std")
-_all = _reduction(_logical(jnp.all), "all")
-_any = _reduction(_logical(jnp.any), "any")
-_logsumexp = _reduction(jax.nn.logsumexp, "logsumexp")
+# A reduction's body is the jax.numpy function itself, called as ``(x)`` or ``(x, axis)``, with
+# ``keepdims=True`` when asked: no Python frame between the op and JAX, no keywords packed in
+# the common case.
+_sum = op(jnp.sum, name="sum")
+_prod = op(jnp.prod, name="prod")
+_mean = op(jnp.mean, name="mean")
+_max = op(jnp.max, name="max")
+_min = op(jnp.min, name="min")
+_var = op(jnp.var, name="var")
+_std = op(jnp.std, name="std")
+_all = op(_logical(jnp.all), name="all")
+_any = op(_logical(jnp.any), name="any")
+_logsumexp = op(jax.nn.logsumexp, name="logsumexp")
 
 
 _pack = op(lambda values: jnp.asarray(values), name="pack")
@@ -77,10 +74,18 @@ _pack = op(lambda values: jnp.asarray(values), name="pack")
 def _reduce(reduction: Callable, x: TensorLike, axis: Axes, keepdims: bool) -> TensorLike:
     if isinstance(x, (list, tuple)):  # e.g. K.prod([K.shape(x)[0], K.shape(x)[1]])
         x = _pack(list(x))
-    return reduction(x, check_axes_of(reduction.op_name, "axis", x, axis), bool(keepdims))
+    if axis is None:
+        return reduction(x, keepdims=True) if keepdims else reduction(x)
+    if type(axis) is int:  # as an int, which jax.numpy takes faster than a tuple
+        axes = check_axis_of(reduction.op_name, "axis", x, axis)
+    else:
+        axes = check_axes_of(reduction.op_name, "axis", x, axis)
+    return reduction(x, axes, keepdims=True) if keepdims else reduction(x, axes)
 
 
 def _as_float_if_bool(x: TensorLike) -> TensorLike:
+    if type(x) in ARRAY_TYPES:  # an array's dtype kind, read without dtype_of's call
+        return cast(x, floatx()) if x.dtype.kind == "b" else x
     return cast(x, floatx()) if dtype_of(x) == "bool" else x
 
 

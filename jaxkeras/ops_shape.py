@@ -19,7 +19,7 @@ from jaxkeras.checks import (
     check_shape_arg,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import Node, Symbolic, dtype_of, known_entries, op
+from jaxkeras.graph import Node, Symbolic, dtype_of, known_entries, op, static_shape
 from jaxkeras.ops_common import (
     Axes,
     TensorLike,
@@ -220,19 +220,19 @@ def _check_list(tensors: Any, fn: str) -> list:
 
 def _check_alike(tensors: list, fn: str, free_axis: int | None = None) -> None:
     """Checks the tensors have one rank and equal known sizes, except along ``free_axis``."""
-    shapes = [int_shape(t) for t in tensors]
+    shapes = [static_shape(t) for t in tensors]
+    first = shapes[0]
     for shape in shapes[1:]:
-        same_rank = len(shape) == len(shapes[0])
-        if not same_rank or any(
+        if shape == first:  # the common case, without a walk over the dimensions
+            continue
+        if len(shape) != len(first) or any(
             a is not None and b is not None and a != b and i != free_axis
-            for i, (a, b) in enumerate(zip(shapes[0], shape))
+            for i, (a, b) in enumerate(zip(first, shape))
         ):
             raise ValueError(f"{fn}: incompatible shapes {shapes}")
 
 
-@op(name="concatenate")
-def _concatenate(tensors: list, axis: int) -> Any:
-    return jnp.concatenate(tensors, axis=axis)
+_concatenate = op(jnp.concatenate, name="concatenate")  # called as (tensors, axis)
 
 
 def concatenate(tensors: Sequence[TensorLike], axis: int = -1) -> TensorLike:

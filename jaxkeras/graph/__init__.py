@@ -22,14 +22,13 @@ Modules, lowest first (each imports only those before it):
 | ``grad`` | gradient nodes |
 """
 
-from jaxkeras.graph.base import Node, Subgraph, is_node, static_shape
+from jaxkeras.graph.base import ARRAY_TYPE, ARRAY_TYPES, Node, Subgraph, is_node, static_shape
 from jaxkeras.graph.context import Context, active_context, active_scope, derive_key
 from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras.graph.grad import GradNode, gradient_nodes
 from jaxkeras.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
 from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
 from jaxkeras.graph.nodes import (
-    ARRAY_TYPE,
     ItemTensor,
     MultiOpTensor,
     OpTensor,
@@ -55,6 +54,7 @@ from jaxkeras.graph.sparse import is_bcoo
 
 __all__ = [
     "ARRAY_TYPE",
+    "ARRAY_TYPES",
     "DISTRIBUTION",
     "PHASE",
     "SHAPE_CACHE",

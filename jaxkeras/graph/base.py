@@ -10,6 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from jaxlib import xla_client
+
+ARRAY_TYPE = xla_client.ArrayImpl
+"""``jax.Array``'s concrete type, named without starting a JAX backend."""
+
+ARRAY_TYPES = frozenset({ARRAY_TYPE, np.ndarray})
+"""Array types whose ``shape`` is already a tuple of ints, for type tests on hot paths."""
 
 
 class Node:
@@ -112,6 +119,8 @@ def static_shape(x: Any) -> tuple | None:
     Returns:
         A tuple (``None`` when even the rank is unknown).
     """
+    if type(x) in ARRAY_TYPES:  # the common eager case, without NumPy's dispatch
+        return x.shape
     if isinstance(x, Node):
         return x._shape
     return tuple(np.shape(x))

@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bool_": "bool"}
 """Dtype names Keras code uses that NumPy spells otherwise."""
@@ -24,13 +25,27 @@ def standardize_dtype(dtype: Any, arg: str = "dtype") -> str:
     Raises:
         TypeError: naming ``arg`` and the value when it is not a dtype.
     """
-    if isinstance(dtype, str):
+    if isinstance(dtype, np.dtype):
+        name = _NAMES.get(dtype)
+        if name is not None:
+            return name
+    elif isinstance(dtype, str):
         dtype = ALIASES.get(dtype, dtype)
-    try:
-        np_dtype = jnp.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"{arg}: unknown dtype {dtype!r}") from None
-    return jax.dtypes.canonicalize_dtype(np_dtype).name
+    if not isinstance(dtype, np.dtype):
+        try:
+            dtype = jnp.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"{arg}: unknown dtype {dtype!r}") from None
+    name = jax.dtypes.canonicalize_dtype(dtype).name
+    if name not in _WIDE and dtype.name == name:  # the same with or without 64-bit mode
+        _NAMES[dtype] = name
+    return name
+
+
+_WIDE = frozenset({"float64", "int64", "uint64", "complex128"})
+_NAMES: dict = {}
+"""Dtype -> its name, for the dtypes 64-bit mode leaves alone: NumPy computes ``name`` anew on
+each access (~2 µs), and JAX's canonicalization costs a little more."""
 
 
 def dtype_of(x: Any) -> str:
@@ -45,6 +60,10 @@ def dtype_of(x: Any) -> str:
     dtype = getattr(x, "dtype", None)
     if isinstance(dtype, str):  # a symbolic value: already canonical
         return dtype
+    if isinstance(dtype, np.dtype):
+        name = _NAMES.get(dtype)  # standardize_dtype's cache, without its call
+        if name is not None:
+            return name
     if dtype is not None:
         return standardize_dtype(dtype)
     return jnp.asarray(x).dtype.name

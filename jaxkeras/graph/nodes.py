@@ -19,11 +19,16 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import get_opaque_trace_state
-from jaxlib import xla_client
 
-from jaxkeras.graph.base import Node, Subgraph
-from jaxkeras.graph.context import TOP_LEVEL_TRACE, Context, active_context, active_scope
+from jaxkeras.graph.base import ARRAY_TYPES, Node, Subgraph
+from jaxkeras.graph.context import (
+    TOP_LEVEL,
+    TRACE,
+    Context,
+    active_context,
+    active_scope,
+    at_top_level,
+)
 from jaxkeras.graph.infer import ShapeRule, infer_shapes
 from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
 from jaxkeras.graph.runtime import NODE_IDS, THREAD
@@ -400,7 +405,7 @@ def record(
     elif seed is not None and ctx is None:
         # A random op outside any context is a graph node, as in Keras 2: it draws fresh
         # numbers each time it runs (each K.eval, each call of a compiled function).
-        if get_opaque_trace_state() != TOP_LEVEL_TRACE:
+        if not at_top_level():
             raise ValueError(
                 f"random op {name!r} called inside jax.jit/vmap/grad without a key: wrap the "
                 "code in `with K.state_scope(values, rng=key):` and pass a fresh key per call"
@@ -426,31 +431,27 @@ def _make_node(fn, treedef, leaves, seed, name, shape_of, uses_learning_phase, s
     return jax.tree_util.tree_unflatten(out_tree, items)
 
 
-ARRAY_TYPE = xla_client.ArrayImpl
-"""``jax.Array``'s concrete type, named without starting a JAX backend."""
+_CONCRETE_TYPES = ARRAY_TYPES | {
+    int,
+    float,
+    bool,
+    complex,
+    str,
+    type(None),
+    np.float16,
+    np.float32,
+    np.float64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint32,
+    np.bool_,
+}
 
-_CONCRETE_TYPES = frozenset(
-    {
-        ARRAY_TYPE,
-        np.ndarray,
-        int,
-        float,
-        bool,
-        complex,
-        str,
-        type(None),
-        np.float16,
-        np.float32,
-        np.float64,
-        np.int8,
-        np.int16,
-        np.int32,
-        np.int64,
-        np.uint8,
-        np.uint32,
-        np.bool_,
-    }
-)
+
+_SEQUENCE_TYPES = frozenset({tuple, list})
 
 
 def _concrete(values: Any) -> bool:
@@ -458,11 +459,8 @@ def _concrete(values: Any) -> bool:
     lists of them. A quick, shallow test for the op decorator's fast path."""
     for value in values:
         kind = type(value)
-        if kind in _CONCRETE_TYPES:
-            continue
-        if (kind is tuple or kind is list) and _concrete(value):
-            continue
-        return False
+        if kind not in _CONCRETE_TYPES and not (kind in _SEQUENCE_TYPES and _concrete(value)):
+            return False
     return True
 
 
@@ -477,6 +475,7 @@ def op(
     name: str | None = None,
     random: bool = False,
     shape_rule: ShapeRule | None = None,
+    eager: Callable | None = None,
 ) -> Callable:
     """Makes a pure ``jax.numpy`` function a jaxkeras op (the one op decorator).
 
@@ -497,9 +496,15 @@ def op(
             it returns ``(shape, dtype)``, ``None`` for unknown dimensions. It is the authority
             for dense arguments unless they hold sizes computed from unknown dimensions and a
             run with one symbol per unknown dimension proves the shape.
+        eager: what to call instead of ``fn`` on plainly concrete arguments, where it computes
+            the same with fewer Python frames (the ``jax.numpy`` function ``fn`` only calls);
+            not for random ops.
 
     Returns:
         The wrapped op; ``op.pure`` is the body.
+
+    Raises:
+        ValueError: for ``eager`` with ``random=True`` (a random op always records its key).
 
     Example:
         >>> double = K.op(lambda x: x * 2, name="double")
@@ -508,24 +513,47 @@ def op(
         >>> K.eval(double(K.variable([1.0, 2.0])))  # symbolic: records a node
         array([2., 4.], dtype=float32)
     """
+    if random and eager is not None:
+        raise ValueError(f"op: eager={eager!r} cannot be given for a random op (random=True)")
     if fn is None:
-        return functools.partial(op, name=name, random=random, shape_rule=shape_rule)
+        return functools.partial(op, name=name, random=random, shape_rule=shape_rule, eager=eager)
     label = name or getattr(fn, "__name__", "op")
-    signature = inspect.signature(fn) if random else None
+    if random:
+        signature = inspect.signature(fn)
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if random:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
             seed = signature.bind(*args, **kwargs).arguments.get("seed")
             seed = draw_seed() if seed is None else int(seed)
             return record(fn, args, kwargs, seed=seed, name=label, shape_rule=shape_rule)
-        if (
-            _concrete(args)
-            and (not kwargs or _concrete(kwargs.values()))
-            and get_opaque_trace_state() == TOP_LEVEL_TRACE
-        ):
-            return fn(*args, **kwargs)  # eager, outside any trace: what record would do
-        return record(fn, args, kwargs, name=label, shape_rule=shape_rule)
+
+    else:
+        run = fn if eager is None else eager
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            # The fast path, as record would run it: plainly concrete arguments outside any
+            # trace run the body at once. One type test per argument (_concrete, inlined: a
+            # call costs as much as the test), nothing flattened.
+            for value in args:
+                kind = type(value)
+                if kind not in _CONCRETE_TYPES and not (
+                    kind in _SEQUENCE_TYPES and _concrete(value)
+                ):
+                    break
+            else:
+                if TRACE.value is TOP_LEVEL:  # at_top_level(), inlined
+                    if not kwargs:
+                        return run(*args)
+                    for value in kwargs.values():
+                        kind = type(value)
+                        if kind not in _CONCRETE_TYPES and not (
+                            kind in _SEQUENCE_TYPES and _concrete(value)
+                        ):
+                            break
+                    else:
+                        return run(*args, **kwargs)
+            return record(fn, args, kwargs, name=label, shape_rule=shape_rule)
 
     wrapper.pure = fn
     wrapper.op_name = label
