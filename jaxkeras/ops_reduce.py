@@ -22,6 +22,7 @@ from jaxkeras.ops_common import (
     widened,
 )
 from jaxkeras.ops_math import cast
+from jaxkeras.summation import full_mean, full_sum
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -53,12 +54,12 @@ def _logical(reducer: Callable) -> Callable:
     return body
 
 
-# A reduction's body is the jax.numpy function itself, called as ``(x)`` or ``(x, axis)``, with
-# ``keepdims=True`` when asked: no Python frame between the op and JAX, no keywords packed in
-# the common case.
-_sum = op(jnp.sum, name="sum")
+# A reduction's body is the jax.numpy function itself (sum and mean: exact for small full
+# reductions, see summation.py), called as ``(x)`` or ``(x, axis)``, with ``keepdims=True`` when
+# asked: no Python frame between the op and JAX, no keywords packed in the common case.
+_sum = op(full_sum, name="sum")
 _prod = op(jnp.prod, name="prod")
-_mean = op(jnp.mean, name="mean")
+_mean = op(full_mean, name="mean")
 _max = op(jnp.max, name="max")
 _min = op(jnp.min, name="min")
 _var = op(jnp.var, name="var")

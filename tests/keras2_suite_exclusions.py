@@ -10,9 +10,6 @@ that changed since 2019.
   or every test in it downloads data).
 - A key naming a test is run as a strict expected failure: if it starts passing, the run
   fails, so the list stays minimal.
-
-The last section, :data:`JAXKERAS_GAPS`, is the exception: failures that are jaxkeras's, not
-fixed yet, kept here (strict, so a fix shows) until they are.
 """
 
 from __future__ import annotations
@@ -73,16 +70,3 @@ EXCLUDED: dict[str, str] = {
     "frames; TensorFlow's shape inference rejects that graph as jaxkeras does (Theano built it "
     "lazily)",
 }
-
-# jaxkeras's own failures, not fixed yet (they do NOT fail on TensorFlow).
-JAXKERAS_GAPS: dict[str, str] = {
-    "tests/keras/engine/test_training.py::test_model_with_crossentropy_losses_channels_first": (
-        "jaxkeras gap: the losses must agree to rtol 1e-7; the binary_crossentropy pair differs "
-        "by 2 ulps (2.7443471 channels-last, 2.7443476 channels-first) although the predictions "
-        "and the per-position losses are identical: XLA on CPU sums the 18 float32 losses in "
-        "memory order, which the layouts permute; TensorFlow's tree reduction gives the "
-        "correctly rounded sum, 2.7443473 after the mean, for both (sparse and plain categorical "
-        "crossentropy agree exactly)"
-    ),
-}
-EXCLUDED.update(JAXKERAS_GAPS)

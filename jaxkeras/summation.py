@@ -1,0 +1,113 @@
+"""Float sums whose value does not depend on the order of the summands.
+
+XLA sums a float array in memory order, so the same numbers laid out differently (channels
+first or last) can sum to results a few ulps apart, where TensorFlow's reductions agree. A full
+reduction of at most :data:`LIMIT` floats -- a loss averaged over a batch, a metric -- is
+therefore a pairwise sum that keeps the rounding error of every addition (Knuth's TwoSum) and
+adds the errors back at the end: the correctly rounded sum in all but contrived cases, whatever
+the layout. It compiles to one small kernel, as cheap as XLA's own reduction at these sizes.
+Larger and partial reductions stay XLA's: done level by level, a large pairwise sum costs
+many times a plain one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+LIMIT = 4096
+"""The most summands a full reduction may have to be summed exactly."""
+
+_EXACT_DTYPES = (jnp.dtype("float32"), jnp.dtype("float64"))
+
+
+def applies(x: Any, axis: Any) -> bool:
+    """Whether ``sum``/``mean`` of ``x`` over ``axis`` use :func:`compensated_sum`.
+
+    Args:
+        x: the reduced value (an array or tracer; anything else is not summed exactly).
+        axis: the reduced axes as the reduction gets them: ``None``, an int or a tuple.
+
+    Returns:
+        True for a full reduction of 2 to :data:`LIMIT` float32/float64 values (a known
+        number of them).
+    """
+    size = getattr(x, "size", 0)
+    if type(size) is not int or not 1 < size <= LIMIT or x.dtype not in _EXACT_DTYPES:
+        return False
+    if axis is None:
+        return True
+    axes = (axis,) if isinstance(axis, int) else axis
+    return len({a % x.ndim for a in axes}) == x.ndim
+
+
+@jax.custom_jvp
+def _compensated_sum(x: Any) -> Any:
+    s = jnp.ravel(x)
+    n = s.shape[0]
+    s = jnp.pad(s, (0, (1 << (n - 1).bit_length()) - n))
+    err = None
+    while s.shape[0] > 1:
+        half = s.shape[0] // 2
+        a, b = s[:half], s[half:]
+        total = a + b
+        b_part = total - a
+        rounding = (a - (total - b_part)) + (b - b_part)  # exactly a + b - total
+        err = rounding if err is None else err[:half] + err[half:] + rounding
+        s = total
+    return s[0] + err[0]
+
+
+@_compensated_sum.defjvp
+def _compensated_sum_jvp(primals: tuple, tangents: tuple) -> tuple:
+    (x,), (dx,) = primals, tangents
+    return _compensated_sum(x), jnp.sum(dx)
+
+
+compensated_sum = jax.jit(_compensated_sum)
+compensated_sum.__doc__ = """The sum of every element of ``x`` (at least 2), pairwise with each
+addition's rounding error carried and added back: order-independent and correctly rounded in
+all but contrived cases. Its derivative is that of a plain sum.
+
+Args:
+    x: a float array or tracer with at least two elements.
+
+Returns:
+    A scalar of ``x``'s dtype.
+"""
+
+
+def full_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """``jnp.sum``, exact for the full reductions :func:`applies` names.
+
+    Args:
+        x: the value.
+        axis: ``None``, an int or a tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        The sum.
+    """
+    if not applies(x, axis):
+        return jnp.sum(x, axis, keepdims=keepdims)
+    total = compensated_sum(x)
+    return jnp.reshape(total, (1,) * x.ndim) if keepdims else total
+
+
+def full_mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """``jnp.mean``, exact in its sum for the full reductions :func:`applies` names.
+
+    Args:
+        x: the value.
+        axis: ``None``, an int or a tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        The mean.
+    """
+    if not applies(x, axis):
+        return jnp.mean(x, axis, keepdims=keepdims)
+    total = compensated_sum(x) / jnp.asarray(x.size, x.dtype)
+    return jnp.reshape(total, (1,) * x.ndim) if keepdims else total
