@@ -12,6 +12,7 @@ many times a plain one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -79,8 +80,20 @@ Returns:
 """
 
 
-def full_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """``jnp.sum``, exact for the full reductions :func:`applies` names.
+def _exact_reduction(plain: Callable, mean: bool) -> Callable:
+    """``plain`` (``jnp.sum`` or ``jnp.mean``), summing exactly where :func:`applies` says."""
+
+    def reduce(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+        if not applies(x, axis):
+            return plain(x, axis, keepdims=keepdims)
+        total = compensated_sum(x)
+        if mean:
+            total = total / jnp.asarray(x.size, x.dtype)
+        return jnp.reshape(total, (1,) * x.ndim) if keepdims else total
+
+    reduce.__name__ = plain.__name__
+    reduce.__doc__ = f"""``jnp.{plain.__name__}``, its sum exact for the full reductions
+    :func:`applies` names.
 
     Args:
         x: the value.
@@ -88,26 +101,10 @@ def full_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         keepdims: keep the reduced axes with size 1.
 
     Returns:
-        The sum.
+        The {plain.__name__}.
     """
-    if not applies(x, axis):
-        return jnp.sum(x, axis, keepdims=keepdims)
-    total = compensated_sum(x)
-    return jnp.reshape(total, (1,) * x.ndim) if keepdims else total
+    return reduce
 
 
-def full_mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    """``jnp.mean``, exact in its sum for the full reductions :func:`applies` names.
-
-    Args:
-        x: the value.
-        axis: ``None``, an int or a tuple of axes.
-        keepdims: keep the reduced axes with size 1.
-
-    Returns:
-        The mean.
-    """
-    if not applies(x, axis):
-        return jnp.mean(x, axis, keepdims=keepdims)
-    total = compensated_sum(x) / jnp.asarray(x.size, x.dtype)
-    return jnp.reshape(total, (1,) * x.ndim) if keepdims else total
+full_sum = _exact_reduction(jnp.sum, mean=False)
+full_mean = _exact_reduction(jnp.mean, mean=True)
