@@ -35,13 +35,13 @@ def applies(x: Any, axis: Any) -> bool:
         True for a full reduction of 2 to :data:`LIMIT` float32/float64 values (a known
         number of them).
     """
-    size = getattr(x, "size", 0)
-    if type(size) is not int or not 1 < size <= LIMIT or x.dtype not in _EXACT_DTYPES:
-        return False
     if axis is None:
-        return True
-    axes = (axis,) if isinstance(axis, int) else axis
-    return len({a % x.ndim for a in axes}) == x.ndim
+        size = getattr(x, "size", 0)
+    elif type(axis) is int:  # one axis: full only for a vector
+        size = x.size if x.ndim == 1 else 0
+    else:
+        size = x.size if len({a % x.ndim for a in axis}) == x.ndim else 0
+    return type(size) is int and 1 < size <= LIMIT and x.dtype in _EXACT_DTYPES
 
 
 @jax.custom_jvp
