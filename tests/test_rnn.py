@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -674,3 +675,27 @@ def test_a_plain_step_keeps_its_loop():
         .as_text()
     )
     assert "while" in hlo
+
+
+def _scan_output_shapes(jaxpr):
+    """The shapes of every ``scan``'s outputs in ``jaxpr`` and the jaxprs nested in it."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            shapes += [tuple(v.aval.shape) for v in eqn.outvars]
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            shapes += _scan_output_shapes(sub)
+    return shapes
+
+
+def test_a_convolving_loop_saves_no_patches_for_its_gradient():
+    # The forward loop stacks what the backward loop needs, per step; the im2col patches of
+    # _conv_rnn's 3x3 convolutions of 2 channels (9 * 2 = 18 wide) are recomputed instead.
+    f = _conv_rnn(False)
+    feed = np.ones((2, 5, 6, 6, 2), np.float32)
+    traced = jax.make_jaxpr(lambda *args: f._traced(0, [], *args))(
+        [v for v in f.state().values()], None, [feed]
+    )
+    shapes = _scan_output_shapes(traced.jaxpr)
+    assert (5, 2, 6, 6, 2) in shapes  # the stacked per-step values are seen ...
+    assert not [s for s in shapes if s[-1] == 18]  # ... and no patches among them
