@@ -287,7 +287,8 @@ def _scan(body: Callable, carry: Any, xs: Any, steps: int, slow_in_cpu_loops: bo
     convolutions with ``lowering='auto'`` choose matmul lowerings on CPU (see
     ``conv.loop_conv_lowering``), so a ConvLSTM keeps its loop: unrolled, XLA fuses the cell
     state's chain into every later step's consumers (the conv_lstm example's training step:
-    7.9 s CPU unrolled with XLA's convolutions vs 3.8 s kept as a loop with matmuls).
+    7.9 s CPU unrolled with XLA's convolutions vs 3.8 s kept as a loop with matmuls, 2.8 s
+    when its gradient also recomputes what it used to stack: :func:`_saving_dots`).
     """
     if not slow_in_cpu_loops or steps > _MAX_UNROLLED_STEPS:
         with loop_body():
