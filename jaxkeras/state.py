@@ -188,7 +188,7 @@ class Store:
                 run = self._runs_of(node)
                 self.runs[node] = run + 1
             base = self.seed
-        return graph.derive_key(base, seed, run)
+        return graph.eager_key(base, seed, run)
 
     def take_runs(self, nodes: Sequence[Any]) -> np.ndarray:
         """Counts one run of each of ``nodes``; returns ``[seed, run_1, ..., run_n]`` before it.

@@ -226,3 +226,16 @@ def test_random_ops_inside_an_rnn_step_are_fresh_per_call():
     np.testing.assert_array_equal(first[:, 0], first[:, 2])  # the same at every step of a call
     assert not np.array_equal(first, second)
     np.testing.assert_array_equal(first[0, 0], K.eval(K.random_uniform((1, 2), seed=11))[0])
+
+
+@pytest.mark.parametrize("base", [0, 7, 2**31 - 1, 2**31, 2**32 - 1])
+@pytest.mark.parametrize("seed", [0, 123, -1, 2**32 - 1, 2**40 + 3])
+def test_eager_keys_equal_the_op_by_op_derivation(base, seed):
+    # the one compiled key function against JAX's key functions applied one at a time
+    from jaxkeras.graph import eager_key
+
+    for run in (0, 1, 0x80000001, 2**32 - 1):
+        expected = jax.random.fold_in(
+            jax.random.fold_in(jax.random.PRNGKey(base), seed & 0xFFFFFFFF), run
+        )
+        np.testing.assert_array_equal(np.asarray(eager_key(base, seed, run)), expected)

@@ -23,7 +23,7 @@ Modules, lowest first (each imports only those before it):
 """
 
 from jaxkeras.graph.base import ARRAY_TYPE, ARRAY_TYPES, Node, Subgraph, is_node, static_shape
-from jaxkeras.graph.context import Context, active_context, active_scope, derive_key
+from jaxkeras.graph.context import Context, active_context, active_scope, derive_key, eager_key
 from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras.graph.grad import GradNode, gradient_nodes
 from jaxkeras.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
@@ -79,6 +79,7 @@ __all__ = [
     "derive_key",
     "draw_seed",
     "dtype_of",
+    "eager_key",
     "evaluate",
     "evaluate_now",
     "gradient_nodes",

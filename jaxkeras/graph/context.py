@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 from jax.extend.core import get_opaque_trace_state
 
 from jaxkeras.graph.runtime import PHASE, THREAD, state_source
@@ -66,8 +67,33 @@ def derive_key(base: Any, seed: int, run: Any) -> jax.Array:
     Returns:
         A JAX key (raw ``uint32[2]`` data).
     """
-    key = jax.random.fold_in(jax.random.PRNGKey(base), seed & 0xFFFFFFFF)
+    if isinstance(seed, int):
+        seed &= 0xFFFFFFFF
+    key = jax.random.fold_in(jax.random.PRNGKey(base), seed)
     return jax.random.fold_in(key, run)
+
+
+@jax.jit
+def _key_of_table(table: jax.Array) -> jax.Array:
+    return derive_key(table[0], table[1], table[2])
+
+
+def eager_key(base: int, seed: int, run: int) -> jax.Array:
+    """``derive_key(base, seed, run)`` for Python ints, computed by one compiled function.
+
+    Deriving a key op by op compiles three small computations in a fresh process (the seed's
+    conversion, ``threefry_seed``, ``fold_in``); this one function is compiled once (and found
+    in the persistent compilation cache by later processes) and gives the same key bits.
+
+    Args:
+        base: the global seed, in ``[0, 2**32)``.
+        seed: the op's seed (any int; its low 32 bits are used, as in :func:`derive_key`).
+        run: how many times the op has run before, in ``[0, 2**32)``.
+
+    Returns:
+        A JAX key (raw ``uint32[2]`` data).
+    """
+    return _key_of_table(np.array([base, seed & 0xFFFFFFFF, run], dtype=np.uint32))
 
 
 class Context:
