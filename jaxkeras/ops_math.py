@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -12,7 +13,7 @@ from jaxkeras.checks import (
     check_numeric,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import Symbolic, op
+from jaxkeras.graph import Symbolic, is_bcoo, op
 from jaxkeras.ops_common import (
     TensorLike,
 )
@@ -328,7 +329,18 @@ def clip(x: TensorLike, min_value: TensorLike, max_value: TensorLike) -> TensorL
 
 @op(name="cast")
 def _cast(x: Any, dtype: str) -> Any:
+    if _host_castable(x, dtype):
+        return jax.device_put(np.asarray(x).astype(dtype))
     return jnp.asarray(x).astype(dtype)
+
+
+def _host_castable(x: Any, dtype: str) -> bool:
+    """Whether ``x`` is a known number that NumPy casts to ``dtype`` exactly as XLA does (to a
+    float type; both round to nearest even): such casts (``K.cast(K.size(x), 'float32')`` in a
+    trace) would each compile a conversion in a fresh process."""
+    if isinstance(x, jax.core.Tracer) or is_bcoo(x) or np.ndim(x) != 0:
+        return False
+    return jnp.dtype(dtype).kind == "f" and np.asarray(x).dtype.kind in "biuf"
 
 
 def cast(x: TensorLike, dtype: Any) -> TensorLike:

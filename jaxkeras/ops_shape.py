@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxkeras import tensors
@@ -488,6 +489,8 @@ def one_hot(indices: TensorLike, num_classes: int) -> TensorLike:
 
 @op(name="size")
 def _size(shape_vector: Any) -> Any:
+    if not isinstance(shape_vector, jax.core.Tracer):  # a known shape: no eager compile
+        return jax.device_put(np.prod(np.asarray(shape_vector), dtype=np.int32))
     return jnp.prod(jnp.asarray(shape_vector, jnp.int32)).astype(jnp.int32)
 
 

@@ -228,7 +228,10 @@ def constant(
         A ``jax.Array``.
     """
     dtype = check_dtype("constant", dtype)
-    array = jnp.asarray(np.asarray(value), dtype=dtype)
+    # what jnp.asarray does with a NumPy value, less its eager no-op conversion (a compile)
+    array = jax.device_put(
+        np.asarray(np.asarray(value), dtype=jax.dtypes.canonicalize_dtype(dtype))
+    )
     if shape is None:
         return array
     shape = tuple(int(d) for d in shape)

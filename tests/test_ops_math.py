@@ -1,6 +1,7 @@
 """Element-wise ops (jaxkeras/ops_math.py) against NumPy, eagerly, through K.function, on
 variables and under jax.jit; gradients against finite differences."""
 
+import jax
 import numpy as np
 import pytest
 from helpers import check_grad, check_op
@@ -125,6 +126,29 @@ def test_cast(dtype):
     x = np.array([[-1.7, 0.0, 2.5]], np.float32)
     check_op(lambda a: K.cast(a, dtype), lambda a: a.astype(dtype), [x])
     assert K.dtype(K.cast(K.placeholder((None, 3)), dtype)) == dtype
+
+
+@pytest.mark.parametrize(
+    "value, dtype",
+    [
+        (np.int32(2**31 - 1), "float32"),  # rounds up to 2**31
+        (np.int32(2049), "float16"),  # a tie: rounds to even, 2048
+        (np.float32(0.1), "float16"),
+        (np.bool_(True), "float32"),
+        (np.float32(-2.7), "int32"),  # truncates
+    ],
+)
+def test_cast_of_a_known_scalar(value, dtype):
+    # scalars known at trace time, as K.cast(K.size(x), 'float32') gives inside a trace
+    expected = np.asarray(value).astype(dtype)
+    out = K.cast(value, dtype)
+    assert out.dtype == dtype and out.shape == ()
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    traced = jax.jit(lambda: K.cast(value, dtype))()
+    np.testing.assert_array_equal(np.asarray(traced), expected)
+    x = K.placeholder((4, 5))
+    f = K.function([x], [K.cast(K.size(x), dtype)])
+    np.testing.assert_array_equal(f([np.zeros((4, 5))])[0], np.asarray(20).astype(dtype))
 
 
 def test_cast_of_a_variable_is_a_tensor():
