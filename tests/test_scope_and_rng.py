@@ -239,3 +239,30 @@ def test_eager_keys_equal_the_op_by_op_derivation(base, seed):
             jax.random.fold_in(jax.random.PRNGKey(base), seed & 0xFFFFFFFF), run
         )
         np.testing.assert_array_equal(np.asarray(eager_key(base, seed, run)), expected)
+
+
+def test_eager_keys_equal_jax_keys_for_random_words():
+    from jaxkeras.graph import eager_key
+
+    words = np.random.default_rng(0).integers(0, 2**32, size=(100, 3), dtype=np.uint64)
+    fold = jax.jit(
+        lambda b, s, r: jax.random.fold_in(
+            jax.random.fold_in(jax.random.key_data(jax.random.key(b, impl="threefry2x32")), s), r
+        )
+    )
+    for base, seed, run in words.tolist():
+        expected = fold(np.uint32(base), np.uint32(seed), np.uint32(run))
+        np.testing.assert_array_equal(np.asarray(eager_key(base, seed, run)), expected)
+
+
+def test_eager_keys_under_another_key_implementation():
+    from jaxkeras.graph import derive_key, eager_key
+
+    previous = jax.config.jax_default_prng_impl
+    jax.config.update("jax_default_prng_impl", "rbg")
+    try:
+        key = eager_key(3, 5, 7)
+        assert key.shape == (4,)
+        np.testing.assert_array_equal(np.asarray(key), derive_key(3, 5, 7))
+    finally:
+        jax.config.update("jax_default_prng_impl", previous)

@@ -73,17 +73,38 @@ def derive_key(base: Any, seed: int, run: Any) -> jax.Array:
     return jax.random.fold_in(key, run)
 
 
+_MASK = 0xFFFFFFFF
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(key: tuple[int, int], count: tuple[int, int]) -> tuple[int, int]:
+    """The Threefry-2x32 block cipher (20 rounds, as JAX's ``threefry_2x32``) on one pair of
+    32-bit words, in Python ints."""
+    ks = (key[0], key[1], key[0] ^ key[1] ^ 0x1BD11BDA)
+    x0, x1 = (count[0] + ks[0]) & _MASK, (count[1] + ks[1]) & _MASK
+    for group in range(5):
+        for r in _ROTATIONS[group % 2]:
+            x0 = (x0 + x1) & _MASK
+            x1 = (((x1 << r) | (x1 >> (32 - r))) & _MASK) ^ x0
+        x0 = (x0 + ks[(group + 1) % 3]) & _MASK
+        x1 = (x1 + ks[(group + 2) % 3] + group + 1) & _MASK
+    return x0, x1
+
+
 @jax.jit
 def _key_of_table(table: jax.Array) -> jax.Array:
+    """:func:`derive_key` on ``uint32[3]`` ``(base, seed, run)``, for other key implementations."""
     return derive_key(table[0], table[1], table[2])
 
 
 def eager_key(base: int, seed: int, run: int) -> jax.Array:
-    """``derive_key(base, seed, run)`` for Python ints, computed by one compiled function.
+    """``derive_key(base, seed, run)`` for Python ints, without compiling anything.
 
     Deriving a key op by op compiles three small computations in a fresh process (the seed's
-    conversion, ``threefry_seed``, ``fold_in``); this one function is compiled once (and found
-    in the persistent compilation cache by later processes) and gives the same key bits.
+    conversion, ``threefry_seed``, ``fold_in``). With JAX's default key implementation
+    (Threefry-2x32) the key is computed in Python, bit for bit as JAX computes it: a key from
+    ``base`` is ``(0, base)``, and folding ``data`` into ``key`` enciphers ``(0, data)`` under
+    it. Other implementations compute :func:`derive_key` in one compiled function.
 
     Args:
         base: the global seed, in ``[0, 2**32)``.
@@ -93,7 +114,10 @@ def eager_key(base: int, seed: int, run: int) -> jax.Array:
     Returns:
         A JAX key (raw ``uint32[2]`` data).
     """
-    return _key_of_table(np.array([base, seed & 0xFFFFFFFF, run], dtype=np.uint32))
+    if jax.config.jax_default_prng_impl != "threefry2x32":
+        return _key_of_table(np.array([base, seed & _MASK, run], dtype=np.uint32))
+    key = _threefry2x32((0, base & _MASK), (0, seed & _MASK))
+    return jax.device_put(np.array(_threefry2x32(key, (0, run & _MASK)), dtype=np.uint32))
 
 
 class Context:
