@@ -67,8 +67,8 @@ def derive_key(base: Any, seed: int, run: Any) -> jax.Array:
     Returns:
         A JAX key (raw ``uint32[2]`` data).
     """
-    if isinstance(seed, int):
-        seed &= 0xFFFFFFFF
+    if isinstance(seed, (int, np.integer)):  # a traced seed is uint32 already
+        seed = int(seed) & 0xFFFFFFFF
     key = jax.random.fold_in(jax.random.PRNGKey(base), seed)
     return jax.random.fold_in(key, run)
 
