@@ -58,7 +58,8 @@ def _compensated_sum(x: Any) -> Any:
         rounding = (a - (total - b_part)) + (b - b_part)  # exactly a + b - total
         err = rounding if err is None else err[:half] + err[half:] + rounding
         s = total
-    return s[0] + err[0]
+    # an inf among the summands makes every error term after it NaN: the plain sum stands
+    return jnp.where(jnp.isfinite(s[0]), s[0] + err[0], s[0])
 
 
 @_compensated_sum.defjvp
@@ -70,7 +71,8 @@ def _compensated_sum_jvp(primals: tuple, tangents: tuple) -> tuple:
 compensated_sum = jax.jit(_compensated_sum)
 compensated_sum.__doc__ = """The sum of every element of ``x`` (at least 2), pairwise with each
 addition's rounding error carried and added back: order-independent and correctly rounded in
-all but contrived cases. Its derivative is that of a plain sum.
+all but contrived cases; an infinite or NaN sum is the plain one's. Its derivative is that of
+a plain sum.
 
 Args:
     x: a float array or tracer with at least two elements.

@@ -100,3 +100,21 @@ def test_unknown_sizes_are_summed_by_xla_at_build_and_exactly_at_run() -> None:
     assert K.int_shape(total) == ()
     x = np.random.default_rng(5).normal(size=(7, 3)).astype(np.float32)
     assert K.function([p], [total])([x])[0] == _rounded_sum(x)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[np.inf, 1.0, 2.0], [1.0, -np.inf, 3.0], [np.inf, -np.inf], [np.nan, 1.0, 2.0]],
+)
+def test_non_finite_sums_are_the_plain_ones(values: list) -> None:
+    x = np.asarray(values, np.float32)
+    with np.errstate(invalid="ignore"):
+        expected = np.sum(x)
+    np.testing.assert_array_equal(K.eval(K.sum(K.constant(x))), expected)
+    np.testing.assert_array_equal(K.sum(x), expected)
+
+
+def test_overflowing_mean_is_inf() -> None:
+    # Keras's TerminateOnNaN test: a mean squared error of huge values must read inf, not NaN.
+    x = np.full((4, 3), 1e25, np.float32)
+    assert K.mean(K.square(x)) == np.inf
