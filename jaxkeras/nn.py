@@ -73,7 +73,7 @@ def _float_array(x: Any) -> jax.Array:
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(float)
 
 
-@op(name="elu")
+@op(name="elu", elementwise=True)
 def _elu(x: Any, alpha: float) -> Any:
     return jax.nn.elu(_float_array(x), alpha)
 
@@ -91,7 +91,7 @@ def elu(x: Any, alpha: float = 1.0) -> Any:
     return _elu(x, check_float("elu", "alpha", alpha))
 
 
-@op(name="relu")
+@op(name="relu", elementwise=True)
 def _relu(x: Any, alpha: float, max_value: float | None, threshold: float) -> Any:
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # asarray costs µs even on arrays
     out = jnp.where(x > threshold, x, 0)
@@ -130,7 +130,7 @@ def relu(x: Any, alpha: float = 0.0, max_value: float | None = None, threshold: 
     return _relu(x, alpha, max_value, threshold)
 
 
-@op
+@op(elementwise=True)
 def hard_sigmoid(x: Any) -> Any:
     """Piecewise-linear approximation of the sigmoid: ``clip(0.2 * x + 0.5, 0, 1)``.
 
@@ -145,7 +145,7 @@ def hard_sigmoid(x: Any) -> Any:
     return jnp.clip(0.2 * _float_array(x) + 0.5, 0.0, 1.0)
 
 
-@op
+@op(elementwise=True)
 def sigmoid(x: Any) -> Any:
     """Element-wise logistic sigmoid ``1 / (1 + exp(-x))``.
 
@@ -176,7 +176,7 @@ def softmax(x: Any, axis: int = -1) -> Any:
     return _softmax(x, check_axis("softmax", "axis", axis, ndim(x)))
 
 
-@op
+@op(elementwise=True)
 def softplus(x: Any) -> Any:
     """Element-wise softplus ``log(1 + exp(x))``, computed without overflow.
 
@@ -189,7 +189,7 @@ def softplus(x: Any) -> Any:
     return jax.nn.softplus(_float_array(x))
 
 
-@op
+@op(elementwise=True)
 def softsign(x: Any) -> Any:
     """Element-wise softsign ``x / (1 + |x|)``.
 
@@ -203,7 +203,7 @@ def softsign(x: Any) -> Any:
     return x / (1 + jnp.abs(x))
 
 
-@op
+@op(elementwise=True)
 def tanh(x: Any) -> Any:
     """Element-wise hyperbolic tangent.
 

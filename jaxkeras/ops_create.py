@@ -69,12 +69,12 @@ def eye(size: Any, dtype: Any = None, name: str | None = None) -> state.Variable
     return state.variable(jnp.eye(rows, columns, dtype=dtype), dtype, name)
 
 
-@op(name="zeros_like")
+@op(name="zeros_like", elementwise=True)
 def _zeros_like(x: Any, dtype: str | None) -> Any:
     return jnp.zeros_like(np.asarray(x) if isinstance(x, (list, tuple)) else x, dtype=dtype)
 
 
-@op(name="ones_like")
+@op(name="ones_like", elementwise=True)
 def _ones_like(x: Any, dtype: str | None) -> Any:
     return jnp.ones_like(np.asarray(x) if isinstance(x, (list, tuple)) else x, dtype=dtype)
 

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-@op(name="abs", eager=jnp.abs)
+@op(name="abs", elementwise=True, eager=jnp.abs)
 def abs(x: TensorLike) -> TensorLike:
     """Element-wise absolute value.
 
@@ -56,7 +56,7 @@ def abs(x: TensorLike) -> TensorLike:
     return jnp.abs(x)
 
 
-@op(eager=jnp.square)
+@op(elementwise=True, eager=jnp.square)
 def square(x: TensorLike) -> TensorLike:
     """Element-wise square.
 
@@ -69,7 +69,7 @@ def square(x: TensorLike) -> TensorLike:
     return jnp.square(x)
 
 
-@op
+@op(elementwise=True)
 def sqrt(x: TensorLike) -> TensorLike:
     """Element-wise square root; negative values are clipped to 0 first (as TF-Keras does).
 
@@ -82,7 +82,7 @@ def sqrt(x: TensorLike) -> TensorLike:
     return jnp.sqrt(jnp.maximum(x, 0))
 
 
-@op(eager=jnp.exp)
+@op(elementwise=True, eager=jnp.exp)
 def exp(x: TensorLike) -> TensorLike:
     """Element-wise exponential.
 
@@ -95,7 +95,7 @@ def exp(x: TensorLike) -> TensorLike:
     return jnp.exp(x)
 
 
-@op(eager=jnp.log)
+@op(elementwise=True, eager=jnp.log)
 def log(x: TensorLike) -> TensorLike:
     """Element-wise natural logarithm.
 
@@ -108,7 +108,7 @@ def log(x: TensorLike) -> TensorLike:
     return jnp.log(x)
 
 
-@op(eager=jnp.sin)
+@op(elementwise=True, eager=jnp.sin)
 def sin(x: TensorLike) -> TensorLike:
     """Element-wise sine.
 
@@ -121,7 +121,7 @@ def sin(x: TensorLike) -> TensorLike:
     return jnp.sin(x)
 
 
-@op(eager=jnp.cos)
+@op(elementwise=True, eager=jnp.cos)
 def cos(x: TensorLike) -> TensorLike:
     """Element-wise cosine.
 
@@ -134,7 +134,7 @@ def cos(x: TensorLike) -> TensorLike:
     return jnp.cos(x)
 
 
-@op(eager=jnp.sign)
+@op(elementwise=True, eager=jnp.sign)
 def sign(x: TensorLike) -> TensorLike:
     """Element-wise sign: -1, 0 or 1.
 
@@ -147,7 +147,7 @@ def sign(x: TensorLike) -> TensorLike:
     return jnp.sign(x)
 
 
-@op(name="round", eager=jnp.round)
+@op(name="round", elementwise=True, eager=jnp.round)
 def round(x: TensorLike) -> TensorLike:
     """Element-wise rounding to the nearest integer; ties go to the even neighbour.
 
@@ -160,7 +160,7 @@ def round(x: TensorLike) -> TensorLike:
     return jnp.round(x)
 
 
-_pow = op(lambda x, a: jnp.power(x, a), name="pow")
+_pow = op(lambda x, a: jnp.power(x, a), name="pow", elementwise=True)
 
 
 def pow(x: TensorLike, a: TensorLike) -> TensorLike:
@@ -179,7 +179,7 @@ def pow(x: TensorLike, a: TensorLike) -> TensorLike:
     return _pow(check_numeric("pow", "x", x), check_numeric("pow", "a", a))
 
 
-@op
+@op(elementwise=True)
 def maximum(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise maximum of two tensors (broadcasting).
 
@@ -193,7 +193,7 @@ def maximum(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.maximum(x, y)
 
 
-@op
+@op(elementwise=True)
 def minimum(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise minimum of two tensors (broadcasting).
 
@@ -207,7 +207,7 @@ def minimum(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.minimum(x, y)
 
 
-@op
+@op(elementwise=True)
 def equal(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise ``x == y``.
 
@@ -221,7 +221,7 @@ def equal(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.equal(x, y)
 
 
-@op
+@op(elementwise=True)
 def not_equal(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise ``x != y``.
 
@@ -235,7 +235,7 @@ def not_equal(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.not_equal(x, y)
 
 
-@op
+@op(elementwise=True)
 def greater(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise ``x > y``.
 
@@ -249,7 +249,7 @@ def greater(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.greater(x, y)
 
 
-@op
+@op(elementwise=True)
 def greater_equal(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise ``x >= y``.
 
@@ -263,7 +263,7 @@ def greater_equal(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.greater_equal(x, y)
 
 
-@op
+@op(elementwise=True)
 def less(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise ``x < y``.
 
@@ -277,7 +277,7 @@ def less(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.less(x, y)
 
 
-@op
+@op(elementwise=True)
 def less_equal(x: TensorLike, y: TensorLike) -> TensorLike:
     """Element-wise ``x <= y``.
 
@@ -291,7 +291,7 @@ def less_equal(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.less_equal(x, y)
 
 
-@op(name="clip")
+@op(name="clip", elementwise=True)
 def _clip(x: Any, min_value: Any, max_value: Any) -> Any:
     x = jnp.asarray(x)
     if min_value is not None:
@@ -327,7 +327,7 @@ def clip(x: TensorLike, min_value: TensorLike, max_value: TensorLike) -> TensorL
     return _clip(x, min_value, max_value)
 
 
-@op(name="cast")
+@op(name="cast", elementwise=True)
 def _cast(x: Any, dtype: str) -> Any:
     if _host_castable(x, dtype):
         return jax.device_put(np.asarray(x).astype(dtype))

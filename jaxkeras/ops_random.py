@@ -21,7 +21,7 @@ from jaxkeras.checks import (
     check_shape_arg,
     check_variable_shape,
 )
-from jaxkeras.graph import op
+from jaxkeras.graph import Node, op
 from jaxkeras.ops_common import (
     TensorLike,
     concrete_dims,
@@ -77,28 +77,41 @@ def _draw(kind: str, key: Any, shape: Any, a: Any, b: Any, dtype: str) -> Any:
     return np.asarray(flat)[:n].reshape(dims)
 
 
-@op(name="random_normal", random=True)
+def _drawn_shape(shape: Any, *params_and_dtype: Any, **_: Any) -> tuple[tuple, str] | None:
+    """The shape rule of the random ops: a draw of a concrete ``shape`` with scalar parameters
+    has that shape and the dtype that ends the positional arguments; tracing JAX's generator
+    to learn it takes tens of milliseconds per shape (a Keras model initializes each weight
+    this way). ``None`` for symbolic shapes or array parameters (inference runs the op)."""
+    *params, dtype = params_and_dtype
+    if not isinstance(shape, tuple) or not all(isinstance(d, (int, np.integer)) for d in shape):
+        return None
+    if any(isinstance(p, Node) or np.ndim(p) for p in params):
+        return None
+    return shape, jax.dtypes.canonicalize_dtype(dtype).name
+
+
+@op(name="random_normal", random=True, shape_rule=_drawn_shape)
 def _normal(
     shape: Any, mean: Any, stddev: Any, dtype: str, seed: Any = None, key: Any = None
 ) -> Any:
     return _draw("normal", key, shape, mean, stddev, dtype)
 
 
-@op(name="truncated_normal", random=True)
+@op(name="truncated_normal", random=True, shape_rule=_drawn_shape)
 def _truncated_normal(
     shape: Any, mean: Any, stddev: Any, dtype: str, seed: Any = None, key: Any = None
 ) -> Any:
     return _draw("truncated_normal", key, shape, mean, stddev, dtype)
 
 
-@op(name="random_uniform", random=True)
+@op(name="random_uniform", random=True, shape_rule=_drawn_shape)
 def _uniform(
     shape: Any, minval: Any, maxval: Any, dtype: str, seed: Any = None, key: Any = None
 ) -> Any:
     return _draw("uniform", key, shape, minval, maxval, dtype)
 
 
-@op(name="random_bernoulli", random=True)
+@op(name="random_bernoulli", random=True, shape_rule=_drawn_shape)
 def _bernoulli(shape: Any, p: Any, dtype: str, seed: Any = None, key: Any = None) -> Any:
     return _draw("bernoulli", key, shape, p, 0.0, dtype)
 

@@ -255,6 +255,131 @@ def test_an_op_s_shape_rule_is_the_authority_for_its_shape():
     np.testing.assert_array_equal(got, np.arange(8) / 2)
 
 
+# (shape of x, shape of y, the broadcast shape as TensorFlow infers it)
+BROADCASTS = [
+    ((None, 3), (None, 3), (None, 3)),
+    ((None, 3), (3,), (None, 3)),
+    ((None, 1), (1, None), (None, None)),
+    ((None,), (1,), (None,)),
+    ((None, 2), (3, 2), (3, 2)),
+    ((None, 4, 1), (5,), (None, 4, 5)),
+    ((), (None, 2), (None, 2)),
+    ((2, 1, 3), (4, 1), (2, 4, 3)),
+]
+
+
+@pytest.mark.parametrize("x_shape,y_shape,expected", BROADCASTS)
+@pytest.mark.parametrize("fn", [operator.add, operator.mul, K.maximum, K.greater])
+def test_element_wise_ops_broadcast_shapes_without_running(x_shape, y_shape, expected, fn):
+    x, y = K.placeholder(x_shape), K.placeholder(y_shape)
+    out = fn(x, y)
+    assert K.int_shape(out) == expected
+    # the generic inference, which runs the op on stand-in sizes, agrees
+    leaves, treedef = jax.tree_util.tree_flatten(((x, y), {}), is_leaf=graph.is_node)
+    SHAPE_CACHE.clear()
+    ran = infer_shapes(out._fn, treedef, leaves, None)[1][0][0]
+    assert ran == expected
+    # and the values have it, for sizes the unknown dimensions may take
+    sizes = tuple(3 if d is None else d for d in expected)
+    feeds = [
+        np.ones(tuple(sizes[len(sizes) - len(s) + i] if d is None else d for i, d in enumerate(s)))
+        for s in (x_shape, y_shape)
+    ]
+    got = K.function([x, y], [out])([f.astype("float32") for f in feeds])[0]
+    assert got.shape == np.broadcast_shapes(*(f.shape for f in feeds)) == sizes
+
+
+def test_element_wise_dtypes_are_those_of_jax_numpy():
+    cases = [
+        ("float32", 2.5, operator.add),
+        ("int32", 2.5, operator.add),
+        ("int32", 2, operator.mul),
+        ("uint8", 3, operator.add),
+        ("float32", 1.0, operator.lt),
+        ("int32", np.float32(2.0), operator.add),
+        ("bool", True, operator.and_),
+        ("float32", None, lambda x, _: K.sqrt(x)),
+        ("int32", None, lambda x, _: K.abs(x)),
+        ("int32", None, lambda x, _: K.cast(x, "float16")),
+        ("float32", None, lambda x, _: K.clip(x, 0, 1)),
+        ("int32", None, lambda x, _: K.pow(x, 2)),
+    ]
+    for dtype, other, fn in cases:
+        symbolic = fn(K.placeholder((None, 2), dtype=dtype), other)
+        concrete = fn(np.zeros((3, 2), dtype), other)
+        assert symbolic.dtype == jnp.asarray(concrete).dtype.name, (dtype, other, fn)
+        assert K.int_shape(symbolic) == (None, 2)
+
+
+def test_element_wise_and_random_ops_record_without_tracing(monkeypatch):
+    from jaxkeras.graph import infer
+
+    runs = []
+    real = infer._eval_shape
+    monkeypatch.setattr(infer, "_eval_shape", lambda *args: runs.append(args) or real(*args))
+    x = K.placeholder((None, 5))
+    x * 2.0  # the first float32-by-float combination works out its dtype once
+    runs.clear()
+    for shape in [(None, 6), (3, 7), (None, 8, 2)]:
+        y = K.placeholder(shape)
+        z = K.sqrt(K.square(y * 2.0 + 1.0) - y)
+        assert K.int_shape(z) == shape
+    assert runs == []
+    for draw in [
+        lambda: K.random_uniform((3, 4), -1, 1),
+        lambda: K.random_normal((2, 5), 0.0, 2.0, dtype="float16"),
+        lambda: K.truncated_normal((6,)),
+        lambda: K.random_bernoulli((2, 2), 0.3),
+    ]:
+        node = draw()
+        value = K.eval(node)
+        assert K.int_shape(node) == value.shape and node.dtype == value.dtype.name
+    assert runs == []
+    # a symbolic shape or array parameters: the op is run on stand-ins as before
+    assert K.int_shape(K.random_normal(K.shape(x))) == (None, 5)
+    assert K.int_shape(K.random_normal((2, 3), mean=np.zeros(3, "float32"))) == (2, 3)
+    assert len(runs) >= 2
+
+
+INDICES = [
+    lambda x: x[0],
+    lambda x: x[:, 1:3],
+    lambda x: x[..., ::2],
+    lambda x: x[-1, None, :, 2],
+    lambda x: x[1:, -3:-1, np.int64(0)],
+    lambda x: x[:, :, 10:],
+    lambda x: x[7],  # out of range: JAX clamps, so the op is run as before
+    lambda x: x[None],
+]
+
+
+@pytest.mark.parametrize("index", INDICES)
+def test_indexing_a_known_shape_is_inferred_without_running(index, monkeypatch):
+    from jaxkeras.graph import infer
+
+    value = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
+    x = K.variable(value)
+    runs = []
+    real = infer._eval_shape
+    monkeypatch.setattr(infer, "_eval_shape", lambda *args: runs.append(args) or real(*args))
+    SHAPE_CACHE.clear()
+    out = index(x)
+    expected = jnp.asarray(index(jnp.asarray(value)))
+    assert K.int_shape(out) == expected.shape and out.dtype == expected.dtype.name
+    np.testing.assert_array_equal(K.eval(out), expected)
+    assert (runs == []) == (index is not INDICES[6])
+
+
+def test_element_wise_conflicts_name_the_shapes():
+    with pytest.raises(ValueError, match=r"\(None, 3\), \(4,\)"):
+        K.placeholder((None, 3)) + K.placeholder((4,))
+
+
+def test_shape_rule_and_elementwise_are_exclusive():
+    with pytest.raises(ValueError, match="elementwise"):
+        K.op(lambda x: x, shape_rule=_flat_labels_rule, elementwise=True)
+
+
 def test_sparse_categorical_crossentropy_of_an_unknown_target_against_channels_first():
     target = K.placeholder((None, None, None, None))
     output = K.placeholder((None, 3, 3, 4))

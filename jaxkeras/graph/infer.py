@@ -5,7 +5,9 @@ run with a symbolic dimension of its own for each unknown dimension (``jax.expor
 one for a dimension of ``x`` and for ``K.shape(x)``'s entry, so that only what is provably
 determined comes out known (``reshape(x, (K.shape(x)[0], -1))`` of an ``(None, 5, 2)`` ``x`` is
 ``(None, 10)``). An op may declare its own shape rule; it is the authority where that first
-run does not apply or fails. Otherwise every unknown dimension gets one shared symbolic
+run does not apply or fails, unless it declines. Element-wise ops, random draws of a known
+shape and indexing by constants have such rules, which run nothing: tracing an op costs a
+millisecond or more, and building a Keras model records hundreds. Otherwise every unknown dimension gets one shared symbolic
 dimension (ops that need unknown dimensions to be equal, such as ``x + y``, reason with it);
 where an op cannot reason about symbolic dimensions, two unlikely concrete sizes, reporting the
 dimensions that differ between the two runs as unknown; where neither works (an unknown
@@ -48,8 +50,9 @@ _DISTINCT = (
     tuple(2520 * (k + 1) for k in range(len(_POOL))),
     tuple(27720 + 2520 * k for k in range(len(_POOL))),
 )
-# A rule's result: the output shape (``None`` for unknown dimensions) and dtype name.
-ShapeRule = Callable[..., tuple[tuple | None, str]]
+# A rule's result: the output shape (``None`` for unknown dimensions) and dtype name, or
+# ``None`` where the rule does not apply (inference then runs the op as for any other).
+ShapeRule = Callable[..., tuple[tuple | None, str] | None]
 
 
 class _ShapeCache:
@@ -338,11 +341,101 @@ def _shared(fn, treedef, leaves, seed, statics: dict | None) -> tuple[Any, list]
         return jax.tree_util.tree_structure(out_a, is_leaf=is_bcoo), _dims_from(out_a, out_b)
 
 
-def _from_rule(rule: ShapeRule, treedef, leaves) -> tuple[Any, list]:
+def _from_rule(rule: ShapeRule, treedef, leaves) -> tuple[Any, list] | None:
     args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
-    shape, dtype = rule(*args, **kwargs)
+    found = rule(*args, **kwargs)
+    if found is None:
+        return None
+    shape, dtype = found
     shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
     return jax.tree_util.tree_structure(0), [(shape, jnp.dtype(dtype).name, False)]
+
+
+def broadcast_shapes(*shapes: tuple | None) -> tuple | None:
+    """NumPy broadcasting of static shapes with unknown (``None``) dimensions, as TensorFlow
+    infers it: an unknown dimension against a known size above 1 is that size (it can only be
+    1 or equal), against 1 or another unknown one it stays unknown.
+
+    Args:
+        *shapes: tuples of ints and ``None``, or ``None`` for an unknown rank.
+
+    Returns:
+        The broadcast shape; ``None`` where a rank is unknown.
+
+    Raises:
+        ValueError: naming the shapes where two known sizes above 1 differ.
+    """
+    if any(shape is None for shape in shapes):
+        return None
+    rank = max((len(shape) for shape in shapes), default=0)
+    result = []
+    for i in range(rank):
+        dims = [shape[i - rank + len(shape)] for shape in shapes if i - rank + len(shape) >= 0]
+        sizes = {d for d in dims if d is not None and d != 1}
+        if len(sizes) > 1:
+            raise ValueError(f"incompatible shapes for broadcasting: {', '.join(map(str, shapes))}")
+        if sizes:
+            result.append(sizes.pop())
+        else:
+            result.append(None if None in dims else 1)
+    return tuple(result)
+
+
+_SCALAR_TYPES = (int, float, bool, complex, str, type(None), np.dtype, type)
+
+
+def elementwise_rule(fn: Callable) -> ShapeRule:
+    """The shape rule of an element-wise op ``fn``: its arguments' shapes broadcast (see
+    :func:`broadcast_shapes`), and the dtype of ``fn`` applied to 0-d stand-ins of the same
+    dtypes, worked out once per combination of dtypes and other arguments.
+
+    Args:
+        fn: the op body: element-wise in its array arguments, whose other arguments (Python
+            scalars, dtypes, strings) shape nothing.
+
+    Returns:
+        The rule. It does not apply (returns ``None``) to arguments other than dense
+        symbolic tensors, NumPy arrays and scalars, and the types above (lists among them).
+    """
+
+    def rule(*args: Any, **kwargs: Any) -> tuple[tuple | None, str] | None:
+        if any(isinstance(v, (list, tuple, dict)) for v in (*args, *kwargs.values())):
+            return None  # a nested argument is one array to the op, not several
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        shapes, stand_ins, key = [], [], []
+        for leaf in leaves:
+            if isinstance(leaf, Node):
+                if leaf._sparse:
+                    return None
+                shapes.append(leaf._shape)
+                stand_ins.append(jax.ShapeDtypeStruct((), jnp.dtype(leaf._dtype)))
+                key.append(("S", leaf._dtype))
+            elif isinstance(leaf, (np.ndarray, np.generic)):
+                shapes.append(leaf.shape)
+                stand_ins.append(np.zeros((), leaf.dtype))
+                key.append(("A", leaf.dtype))
+            elif isinstance(leaf, _SCALAR_TYPES):
+                stand_ins.append(leaf)
+                key.append((type(leaf), leaf))
+            else:
+                return None
+        cache_key = ("elementwise", fn, treedef, tuple(key))
+        dtype = SHAPE_CACHE.get(cache_key)
+        if dtype is None:
+            specs = [i for i, v in enumerate(stand_ins) if isinstance(v, jax.ShapeDtypeStruct)]
+
+            def run(*values):
+                filled = list(stand_ins)
+                for i, value in zip(specs, values):
+                    filled[i] = value
+                a, k = jax.tree_util.tree_unflatten(treedef, filled)
+                return fn(*a, **k)
+
+            dtype = jnp.dtype(jax.eval_shape(run, *(stand_ins[i] for i in specs)).dtype).name
+            SHAPE_CACHE.put(cache_key, dtype)
+        return broadcast_shapes(*shapes), dtype
+
+    return rule
 
 
 def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tuple[Any, list]:
@@ -355,8 +448,8 @@ def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tu
         seed: the seed of a random op, else ``None``.
         rule: the op's own shape rule, if it declares one: called with the op's arguments
             (symbolic ones as they are), it returns the shape and dtype of its one dense
-            output; used for dense arguments unless the per-dimension run applies and
-            succeeds.
+            output, or ``None`` where it does not apply; used for dense arguments unless the
+            per-dimension run applies and succeeds.
 
     Returns:
         ``(out_treedef, [(shape, dtype, is_sparse), ...])`` with one entry per output array.
@@ -372,10 +465,12 @@ def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tu
     out, statics = _per_dimension(fn, treedef, leaves, seed)
     if out is not None:
         result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
-    elif rule is not None and not any(isinstance(leaf, Node) and leaf._sparse for leaf in leaves):
-        result = _from_rule(rule, treedef, leaves)
     else:
-        result = _shared(fn, treedef, leaves, seed, statics)
+        result = None
+        if rule is not None and not any(isinstance(leaf, Node) and leaf._sparse for leaf in leaves):
+            result = _from_rule(rule, treedef, leaves)
+        if result is None:
+            result = _shared(fn, treedef, leaves, seed, statics)
     if key is not None:
         SHAPE_CACHE.put(key, result)
     return result

@@ -29,7 +29,7 @@ from jaxkeras.graph.context import (
     active_scope,
     at_top_level,
 )
-from jaxkeras.graph.infer import ShapeRule, infer_shapes
+from jaxkeras.graph.infer import ShapeRule, elementwise_rule, infer_shapes
 from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
 from jaxkeras.graph.runtime import NODE_IDS, THREAD
 from jaxkeras.graph.sparse import apply_op, is_bcoo
@@ -64,6 +64,33 @@ def _from_index_spec(item: Any) -> Any:
 
 def _getitem_body(x: Any, index: tuple) -> Any:
     return x[tuple(_from_index_spec(i) for i in index)]
+
+
+def _plain_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _getitem_rule(x: Any, index: tuple) -> tuple[tuple, str] | None:
+    """The shape rule of indexing: a known shape indexed by ints, int slices, ``None`` and
+    ``...`` has NumPy's result shape (Keras slices its gate kernels so, one trace each
+    otherwise). ``None`` (the op is run) for anything else, and where NumPy would reject an
+    out-of-range int that JAX clamps."""
+    if not isinstance(x, Node) or x._shape is None or None in x._shape:
+        return None
+    items = []
+    for item in index:
+        if isinstance(item, SliceSpec):
+            if not all(b is None or _plain_int(b) for b in item):
+                return None
+            items.append(slice(*item))
+        elif item is None or item is Ellipsis or _plain_int(item):
+            items.append(item)
+        else:
+            return None
+    try:
+        return np.broadcast_to(np.zeros((), np.int8), x._shape)[tuple(items)].shape, x._dtype
+    except (IndexError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,6 +502,7 @@ def op(
     name: str | None = None,
     random: bool = False,
     shape_rule: ShapeRule | None = None,
+    elementwise: bool = False,
     eager: Callable | None = None,
 ) -> Callable:
     """Makes a pure ``jax.numpy`` function a jaxkeras op (the one op decorator).
@@ -496,6 +524,9 @@ def op(
             it returns ``(shape, dtype)``, ``None`` for unknown dimensions. It is the authority
             for dense arguments unless they hold sizes computed from unknown dimensions and a
             run with one symbol per unknown dimension proves the shape.
+        elementwise: the body is element-wise (NumPy broadcasting of its array arguments;
+            its other arguments are scalars, dtypes or strings): its shapes are then inferred
+            by broadcasting, without running it (:func:`elementwise_rule`).
         eager: what to call instead of ``fn`` on plainly concrete arguments, where it computes
             the same with fewer Python frames (the ``jax.numpy`` function ``fn`` only calls);
             not for random ops.
@@ -504,7 +535,8 @@ def op(
         The wrapped op; ``op.pure`` is the body.
 
     Raises:
-        ValueError: for ``eager`` with ``random=True`` (a random op always records its key).
+        ValueError: for ``eager`` with ``random=True`` (a random op always records its key), or
+            ``shape_rule`` with ``elementwise=True``.
 
     Example:
         >>> double = K.op(lambda x: x * 2, name="double")
@@ -515,8 +547,19 @@ def op(
     """
     if random and eager is not None:
         raise ValueError(f"op: eager={eager!r} cannot be given for a random op (random=True)")
+    if elementwise and shape_rule is not None:
+        raise ValueError(f"op: shape_rule={shape_rule!r} cannot be given with elementwise=True")
     if fn is None:
-        return functools.partial(op, name=name, random=random, shape_rule=shape_rule, eager=eager)
+        return functools.partial(
+            op,
+            name=name,
+            random=random,
+            shape_rule=shape_rule,
+            elementwise=elementwise,
+            eager=eager,
+        )
+    if elementwise:
+        shape_rule = elementwise_rule(fn)
     label = name or getattr(fn, "__name__", "op")
     if random:
         signature = inspect.signature(fn)
@@ -560,13 +603,13 @@ def op(
     return wrapper
 
 
-_getitem = op(_getitem_body, name="getitem")
+_getitem = op(_getitem_body, name="getitem", shape_rule=_getitem_rule)
 
 
 # ---------------------------------------------------------------------------------------------
 # operators of Symbolic
 
-# (method name, jax.numpy function, op name, has a reflected form)
+# (method name, jax.numpy function, op name, has a reflected form); all but matmul element-wise
 _OPERATORS = [
     ("add", jnp.add, "add", True),
     ("sub", jnp.subtract, "sub", True),
@@ -602,7 +645,7 @@ def _operand(value: Any, like: Symbolic) -> Any:
 
 
 def _operator_methods(fn: Callable, label: str) -> tuple[Callable, Callable]:
-    recorded = op(fn, name=label)
+    recorded = op(fn, name=label, elementwise=fn is not jnp.matmul)
 
     def method(self, *other):
         return recorded(self, *(_operand(o, self) for o in other))
