@@ -7,12 +7,12 @@ determined comes out known (``reshape(x, (K.shape(x)[0], -1))`` of an ``(None, 5
 ``(None, 10)``). An op may declare its own shape rule; it is the authority where that first
 run does not apply or fails, unless it declines. Element-wise ops, random draws of a known
 shape and indexing by constants have such rules, which run nothing: tracing an op costs a
-millisecond or more, and building a Keras model records hundreds. Otherwise every unknown dimension gets one shared symbolic
-dimension (ops that need unknown dimensions to be equal, such as ``x + y``, reason with it);
-where an op cannot reason about symbolic dimensions, two unlikely concrete sizes, reporting the
-dimensions that differ between the two runs as unknown; where neither works (an unknown
-dimension broadcast against a known one), size 1. Results are cached by op, static arguments and
-input shapes.
+millisecond or more, and building a Keras model records hundreds. Otherwise every unknown
+dimension gets one shared symbolic dimension (ops that need unknown dimensions to be equal,
+such as ``x + y``, reason with it); where an op cannot reason about symbolic dimensions, two
+unlikely concrete sizes, reporting the dimensions that differ between the two runs as unknown;
+where neither works (an unknown dimension broadcast against a known one), size 1. Results are
+cached by op, static arguments and input shapes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from jax.experimental import sparse
 from jaxkeras.graph.base import Node
 from jaxkeras.graph.context import Context
 from jaxkeras.graph.interpret import evaluate
-from jaxkeras.graph.sparse import apply_op, is_bcoo
+from jaxkeras.graph.sparse import apply_op, is_bcoo, on_leaves
 
 # Sizes for unknown dimensions when symbolic shapes fail: highly composite, so that reshapes
 # which split an unknown dimension still divide; dimensions that differ between them are unknown.
@@ -423,14 +423,7 @@ def elementwise_rule(fn: Callable) -> ShapeRule:
         dtype = SHAPE_CACHE.get(cache_key)
         if dtype is None:
             specs = [i for i, v in enumerate(stand_ins) if isinstance(v, jax.ShapeDtypeStruct)]
-
-            def run(*values):
-                filled = list(stand_ins)
-                for i, value in zip(specs, values):
-                    filled[i] = value
-                a, k = jax.tree_util.tree_unflatten(treedef, filled)
-                return fn(*a, **k)
-
+            run = on_leaves(fn, treedef, stand_ins, specs)
             dtype = jnp.dtype(jax.eval_shape(run, *(stand_ins[i] for i in specs)).dtype).name
             SHAPE_CACHE.put(cache_key, dtype)
         return broadcast_shapes(*shapes), dtype

@@ -27,13 +27,7 @@ def _sparse_aware(fn: Callable) -> Callable:
             i for i, v in enumerate(leaves) if is_bcoo(v) or isinstance(v, (jax.Array, np.ndarray))
         ]
 
-        def on_arrays(*arrays):
-            values = list(leaves)
-            for i, a in zip(positions, arrays):
-                values[i] = a
-            a, k = jax.tree_util.tree_unflatten(treedef, values)
-            return fn(*a, **k)
-
+        on_arrays = on_leaves(fn, treedef, leaves, positions)
         arrays = [leaves[i] for i in positions]
         try:
             return sparse.sparsify(on_arrays)(*arrays)
@@ -41,6 +35,29 @@ def _sparse_aware(fn: Callable) -> Callable:
             return on_arrays(*[v.todense() if is_bcoo(v) else v for v in arrays])
 
     return run
+
+
+def on_leaves(fn: Callable, treedef: Any, leaves: list, positions: list[int]) -> Callable:
+    """``fn`` as a function of some of its arguments' leaves, the others fixed.
+
+    Args:
+        fn: a function of ``(args, kwargs)``'s structure.
+        treedef: the structure of ``(args, kwargs)``.
+        leaves: its leaves.
+        positions: the indices of the leaves the result takes, in order.
+
+    Returns:
+        A function of those leaves that calls ``fn`` with the other ``leaves`` in place.
+    """
+
+    def call(*values: Any) -> Any:
+        filled = list(leaves)
+        for i, value in zip(positions, values):
+            filled[i] = value
+        args, kwargs = jax.tree_util.tree_unflatten(treedef, filled)
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def _has_tracer(values: list) -> bool:
