@@ -59,6 +59,18 @@ def test_every_way_of_running_agrees() -> None:
         np.testing.assert_array_equal(value, [[np.float32(expected / np.float32(30))]])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_mean_is_correctly_rounded_compiled_too(seed: int) -> None:
+    # A compiled division by a constant count would be a multiplication by its rounded
+    # reciprocal: 1 ulp off for about half of such inputs.
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((10, 100)) * 10 ** rng.uniform(-3, 3, (10, 100))).astype(np.float32)
+    expected = np.float32(_rounded_sum(x) / np.float32(x.size))
+    for way, value in run_all_ways(lambda t: K.mean(t), [x]).items():
+        if way != "symbolic":
+            assert np.asarray(value) == expected, way
+
+
 def test_full_reductions_by_axes_and_keepdims() -> None:
     x = np.random.default_rng(2).normal(size=(2, 3, 4)).astype(np.float32)
     expected = _rounded_sum(x)
