@@ -185,3 +185,41 @@ def test_a_draw_cut_from_its_bucket_is_jax_s_draw_of_that_shape(kind):
     for shape in [(3, 5), (300, 7), (70000,)]:
         drawn = ops_random._draw(kind, key, shape, -1.0, 3.0, "float32")
         np.testing.assert_allclose(drawn, reference(shape), rtol=1e-6, atol=1e-6)
+
+
+GLOROT = np.float64(np.sqrt(6 / 266))  # Keras passes NumPy float64 bounds
+
+
+@pytest.mark.parametrize(
+    "low,high", [(0.0, 1.0), (-0.05, 0.05), (-GLOROT, GLOROT), (-1.7, 3.25), (np.float32(2.5), 9.0)]
+)
+def test_eager_uniform_draws_are_the_compiled_draws_bit_for_bit(low, high):
+    # Eager float32 uniform draws are computed in NumPy; compiled ones by XLA, which fuses the
+    # affine map into one multiply-add: the same bits.
+    compiled = jax.jit(ops_random._sample, static_argnames=("kind", "shape", "dtype"))
+    for seed in range(4):
+        key = jax.random.PRNGKey(seed * 7919 + 1)
+        for shape in [(1,), (3, 5), (300, 7)]:
+            drawn = ops_random._draw("uniform", key, shape, low, high, "float32")
+            reference = compiled(key, low, high, kind="uniform", shape=shape, dtype="float32")
+            assert drawn.dtype == np.float32
+            np.testing.assert_array_equal(
+                drawn.view(np.uint32), np.asarray(reference).view(np.uint32)
+            )
+
+
+def test_a_seeded_uniform_node_draws_the_same_eagerly_and_compiled():
+    node = K.random_uniform((40, 30), -0.3, 0.3, seed=5)
+    K.set_random_seed(2)
+    eager = K.eval(node)
+    K.set_random_seed(2)
+    compiled = K.function([], [node])([])[0]
+    np.testing.assert_array_equal(eager.view(np.uint32), compiled.view(np.uint32))
+
+
+def test_eager_uniform_draws_compile_nothing():
+    K.random_uniform((5,), seed=1)
+    before = len(EXECUTABLES)
+    for shape in [(3, 3, 1, 32), (3, 3, 32, 64), (256, 10), (1000, 1000)]:
+        assert K.random_uniform(shape, -0.1, 0.1, seed=3).shape == shape
+    assert len(EXECUTABLES) == before

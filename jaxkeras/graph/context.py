@@ -77,18 +77,48 @@ _MASK = 0xFFFFFFFF
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
-def _threefry2x32(key: tuple[int, int], count: tuple[int, int]) -> tuple[int, int]:
-    """The Threefry-2x32 block cipher (20 rounds, as JAX's ``threefry_2x32``) on one pair of
-    32-bit words, in Python ints."""
-    ks = (key[0], key[1], key[0] ^ key[1] ^ 0x1BD11BDA)
-    x0, x1 = (count[0] + ks[0]) & _MASK, (count[1] + ks[1]) & _MASK
+def threefry2x32(key: tuple[int, int], count: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The Threefry-2x32 block cipher (20 rounds), bit for bit as JAX's ``threefry_2x32``: on
+    one pair of words as Python ints (a key derivation: microseconds), or on every pair of two
+    equally shaped ``uint32`` arrays at once (random bits).
+
+    Args:
+        key: the key's two 32-bit words.
+        count: two ints, or two ``uint32`` arrays of at least one dimension.
+
+    Returns:
+        The two enciphered words, of the counts' kind.
+    """
+    words = int if isinstance(count[0], int) else np.uint32
+    mask = words(_MASK)
+    k0, k1 = words(key[0] & _MASK), words(key[1] & _MASK)
+    ks = (k0, k1, k0 ^ k1 ^ words(0x1BD11BDA))
+    x0, x1 = (count[0] + ks[0]) & mask, (count[1] + ks[1]) & mask
     for group in range(5):
         for r in _ROTATIONS[group % 2]:
-            x0 = (x0 + x1) & _MASK
-            x1 = (((x1 << r) | (x1 >> (32 - r))) & _MASK) ^ x0
-        x0 = (x0 + ks[(group + 1) % 3]) & _MASK
-        x1 = (x1 + ks[(group + 2) % 3] + group + 1) & _MASK
+            x0 = (x0 + x1) & mask
+            x1 = (((x1 << words(r)) | (x1 >> words(32 - r))) & mask) ^ x0
+        x0 = (x0 + ks[(group + 1) % 3]) & mask
+        x1 = (x1 + ks[(group + 2) % 3] + words(group + 1)) & mask
     return x0, x1
+
+
+def threefry_bits(key: Any, n: int) -> np.ndarray:
+    """``n`` random 32-bit words from a Threefry key, bit for bit as JAX draws them with its
+    partitionable Threefry (``jax.random.bits(key, (n,))``; prefix-stable: the first ``n`` of
+    any longer draw).
+
+    Args:
+        key: raw key data, two ``uint32`` words.
+        n: how many words, below ``2**32``.
+
+    Returns:
+        A ``uint32`` array of shape ``(n,)``.
+    """
+    key = np.asarray(key)
+    counts = (np.zeros(n, np.uint32), np.arange(n, dtype=np.uint32))
+    high, low = threefry2x32((int(key[0]), int(key[1])), counts)
+    return high ^ low
 
 
 @jax.jit
@@ -116,8 +146,8 @@ def eager_key(base: int, seed: int, run: int) -> jax.Array:
     """
     if jax.config.jax_default_prng_impl != "threefry2x32":
         return _key_of_table(np.array([base, seed & _MASK, run], dtype=np.uint32))
-    key = _threefry2x32((0, base & _MASK), (0, seed & _MASK))
-    return jax.device_put(np.array(_threefry2x32(key, (0, run & _MASK)), dtype=np.uint32))
+    key = threefry2x32((0, base), (0, seed & _MASK))
+    return jax.device_put(np.array(threefry2x32(key, (0, run & _MASK)), dtype=np.uint32))
 
 
 class Context:
