@@ -204,7 +204,12 @@ def _pads_for(x, kernel, strides, padding, dilation, data_format):
     return window_pads(sizes, kernel.shape[:n], strides, dilation, padding)
 
 
-@op(name="conv")
+def _conv_splits(x, kernel, strides, padding, dilation, data_format, lowering):
+    """Output filters are the kernel's last axis: the output's channel axis."""
+    return 1, -1, (1 if data_format == "channels_first" else -1)
+
+
+@op(name="conv", splits=_conv_splits)
 def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     x, kernel = common_dtype(x, kernel)
     pads = _pads_for(x, kernel, strides, padding, dilation, data_format)

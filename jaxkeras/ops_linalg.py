@@ -28,7 +28,13 @@ def _check_same(a: int | None, b: int | None, fn: str, what: str, x: Any, y: Any
         )
 
 
-_dot = op(jnp.dot, name="dot")  # the body is jax.numpy's: no Python frame between
+def _dot_splits(x: Any, y: Any) -> tuple[int, int, int] | None:
+    """A matrix (or stack of them) ``y``'s columns are the output's last axis."""
+    return (1, -1, -1) if len(static_shape(y) or ()) >= 2 else None
+
+
+# the body is jax.numpy's: no Python frame between
+_dot = op(jnp.dot, name="dot", splits=_dot_splits)
 
 
 def dot(x: TensorLike, y: TensorLike) -> TensorLike:

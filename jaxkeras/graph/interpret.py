@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jaxkeras.graph import siblings
 from jaxkeras.graph.base import Node
 from jaxkeras.graph.context import Context, active_context
 
@@ -67,12 +68,14 @@ def evaluate(
             f"placeholders not fed: {listing}; list them in the inputs of K.function "
             "and pass values for them"
         )
+    merged = siblings.plan(order) if siblings.SPLITS else {}
     with ctx:
         for node in order:
             if node in memo:  # filled in meanwhile by a gradient node's replay
                 continue
             try:
-                value = node._compute(ctx, memo)
+                group = merged.get(node)
+                value = node._compute(ctx, memo) if group is None else group.part(node, memo)
             except (TypeError, ValueError) as err:
                 if type(err) not in (TypeError, ValueError):  # JAX's own kinds pass as they are
                     raise

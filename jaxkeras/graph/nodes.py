@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkeras.graph import siblings
 from jaxkeras.graph.base import ARRAY_TYPES, Node, Subgraph
 from jaxkeras.graph.context import (
     TOP_LEVEL,
@@ -32,6 +33,7 @@ from jaxkeras.graph.context import (
 from jaxkeras.graph.infer import ShapeRule, elementwise_rule, infer_shapes
 from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
 from jaxkeras.graph.runtime import NODE_IDS, THREAD
+from jaxkeras.graph.siblings import SplitRule
 from jaxkeras.graph.sparse import apply_op, is_bcoo
 
 # ---------------------------------------------------------------------------------------------
@@ -504,6 +506,7 @@ def op(
     shape_rule: ShapeRule | None = None,
     elementwise: bool = False,
     eager: Callable | None = None,
+    splits: SplitRule | None = None,
 ) -> Callable:
     """Makes a pure ``jax.numpy`` function a jaxkeras op (the one op decorator).
 
@@ -527,6 +530,10 @@ def op(
         elementwise: the body is element-wise (NumPy broadcasting of its array arguments;
             its other arguments are scalars, dtypes or strings): its shapes are then inferred
             by broadcasting, without running it (:func:`elementwise_rule`).
+        splits: how the op splits along a kernel's axis (see :mod:`jaxkeras.graph.siblings`):
+            called with the op's arguments, ``(the kernel's position, kernel axis, output
+            axis)`` or ``None``; graph walks then run sibling nodes that apply several
+            kernels to the same input as one, on the kernels concatenated.
         eager: what to call instead of ``fn`` on plainly concrete arguments, where it computes
             the same with fewer Python frames (the ``jax.numpy`` function ``fn`` only calls);
             not for random ops.
@@ -557,7 +564,10 @@ def op(
             shape_rule=shape_rule,
             elementwise=elementwise,
             eager=eager,
+            splits=splits,
         )
+    if splits is not None:
+        siblings.SPLITS[fn] = splits
     if elementwise:
         shape_rule = elementwise_rule(fn)
     label = name or getattr(fn, "__name__", "op")
