@@ -20,14 +20,10 @@ import numpy as np
 
 from jaxkeras.config import enable_x64_for, floatx, normalize_data_format
 from jaxkeras.graph import ARRAY_TYPES, Node, VariableNode, standardize_dtype, static_shape
+from jaxkeras.graph.base import is_int
 from jaxkeras.graph.dtypes import ALIASES as _ALIASES
 
 PADDINGS = ("same", "valid")
-
-
-def is_int(value: Any) -> bool:
-    """Returns whether ``value`` is a Python or NumPy integer (bools excluded)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -110,6 +110,11 @@ class Subgraph:
     outputs: Sequence[Node] = ()
 
 
+def is_int(value: Any) -> bool:
+    """Returns whether ``value`` is a Python or NumPy integer (bools excluded)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def static_shape(x: Any) -> tuple | None:
     """Returns the static shape of a symbolic value or array (``None`` for unknown dimensions).
 

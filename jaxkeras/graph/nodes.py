@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkeras.graph import siblings
-from jaxkeras.graph.base import ARRAY_TYPES, Node, Subgraph
+from jaxkeras.graph.base import ARRAY_TYPES, Node, Subgraph, is_int
 from jaxkeras.graph.context import (
     TOP_LEVEL,
     TRACE,
@@ -68,10 +68,6 @@ def _getitem_body(x: Any, index: tuple) -> Any:
     return x[tuple(_from_index_spec(i) for i in index)]
 
 
-def _plain_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _getitem_rule(x: Any, index: tuple) -> tuple[tuple, str] | None:
     """The shape rule of indexing: a known shape indexed by ints, int slices, ``None`` and
     ``...`` has NumPy's result shape (Keras slices its gate kernels so, one trace each
@@ -82,10 +78,10 @@ def _getitem_rule(x: Any, index: tuple) -> tuple[tuple, str] | None:
     items = []
     for item in index:
         if isinstance(item, SliceSpec):
-            if not all(b is None or _plain_int(b) for b in item):
+            if not all(b is None or is_int(b) for b in item):
                 return None
             items.append(slice(*item))
-        elif item is None or item is Ellipsis or _plain_int(item):
+        elif item is None or item is Ellipsis or is_int(item):
             items.append(item)
         else:
             return None
