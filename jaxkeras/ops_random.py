@@ -27,6 +27,7 @@ from jaxkeras.ops_common import (
     TensorLike,
     concrete_dims,
 )
+from jaxkeras.summation import two_sum
 
 __all__ = [
     "random_bernoulli",
@@ -80,9 +81,7 @@ def _numpy_uniform(key: Any, n: int, a: Any, b: Any) -> np.ndarray:
     u = ((bits >> np.uint32(9)) | np.uint32(0x3F800000)).view(np.float32) - np.float32(1)
     low = np.float64(np.float32(a))
     product = np.float64(np.float32(b) - np.float32(a)) * u
-    total = low + product
-    part = total - low
-    error = (low - (total - part)) + (product - part)  # exactly low + product - total
+    total, error = two_sum(low, product)
     inexact_even = (error != 0) & ((total.view(np.uint64) & np.uint64(1)) == 0)
     total = np.where(inexact_even, np.nextafter(total, np.copysign(np.inf, error)), total)
     return total.astype(np.float32)

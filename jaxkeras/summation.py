@@ -44,6 +44,21 @@ def applies(x: Any, axis: Any) -> bool:
     return type(size) is int and 1 < size <= LIMIT and x.dtype in _EXACT_DTYPES
 
 
+def two_sum(a: Any, b: Any) -> tuple[Any, Any]:
+    """Knuth's TwoSum, on NumPy or JAX arrays of one float dtype.
+
+    Args:
+        a: summands.
+        b: summands (broadcast with ``a``).
+
+    Returns:
+        The rounded sum ``a + b`` and its rounding error (exactly ``a + b`` minus that sum).
+    """
+    total = a + b
+    b_part = total - a
+    return total, (a - (total - b_part)) + (b - b_part)
+
+
 @jax.custom_jvp
 def _compensated_sum(x: Any) -> Any:
     s = jnp.ravel(x)
@@ -53,9 +68,7 @@ def _compensated_sum(x: Any) -> Any:
     while s.shape[0] > 1:
         half = s.shape[0] // 2
         a, b = s[:half], s[half:]
-        total = a + b
-        b_part = total - a
-        rounding = (a - (total - b_part)) + (b - b_part)  # exactly a + b - total
+        total, rounding = two_sum(a, b)
         err = rounding if err is None else err[:half] + err[half:] + rounding
         s = total
     # an inf among the summands makes every error term after it NaN: the plain sum stands
