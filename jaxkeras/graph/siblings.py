@@ -70,7 +70,7 @@ def plan(order: Sequence[Node]) -> dict[Node, _Group]:
         if its kernel is known before the group's first member is computed (in the walk's
         memo already, as a loop body's captured kernels are, or earlier in ``order``).
     """
-    place = {node: i for i, node in enumerate(order)}
+    place: dict | None = None  # node -> its index in order, built once a group has a second
     groups: dict = {}
     for index, node in enumerate(order):
         rule = SPLITS.get(getattr(node, "_fn", None))
@@ -96,7 +96,10 @@ def plan(order: Sequence[Node]) -> dict[Node, _Group]:
             continue
         if group is None:
             group = groups[key] = _Group(node, leaf, axis, out_axis, index)
-        elif place.get(kernel, -1) > group.index:
-            continue  # computed after the first member: this one runs on its own
+        else:
+            if place is None:
+                place = {n: i for i, n in enumerate(order)}
+            if place.get(kernel, -1) > group.index:
+                continue  # computed after the first member: this one runs on its own
         group.members.append(node)
     return {m: g for g in groups.values() if len(g.members) > 1 for m in g.members}
