@@ -11,12 +11,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxkeras import graph, state
+from jaxkeras.ahead import plan_batch_sizes
 from jaxkeras.function import eval_with_feeds, release_compiled
 
 
 def clear_session() -> None:
     """Resets the session state: ``get_uid`` counters, the learning phase, the shape cache,
-    and the compiled executables of every ``K.function``.
+    the announced batch sizes, and the compiled executables of every ``K.function``.
 
     This is the one reset path of jaxkeras's global state. Variables still in use stay valid
     and keep their values; functions keep working (they compile again on their next call).
@@ -25,6 +26,7 @@ def clear_session() -> None:
     """
     state.reset_uids()
     graph.reset()
+    plan_batch_sizes(())
     release_compiled()
     gc.collect()
 

@@ -24,6 +24,8 @@ from jax import lax
 from jax.experimental import sparse
 
 from jaxkeras import graph
+from jaxkeras.ahead import Ahead, planned_batch_sizes
+from jaxkeras.config import compiler_options
 from jaxkeras.graph import (
     ARRAY_TYPE,
     DISTRIBUTION,
@@ -169,6 +171,7 @@ class Function:
         self._convert: Any = np.array
         self.trace_count = 0
         self._compiled: dict[int, Any] = {}
+        self._ahead: Ahead | None = None  # the other planned batch sizes, compiling
         _FUNCTIONS.add(self)
 
     # the pure function -------------------------------------------------------------------------
@@ -258,10 +261,19 @@ class Function:
 
         if jax.process_count() > 1:
             self._convert = to_numpy
-        compiled = jax.jit(run, donate_argnums=tuple(range(n_up)))
+        options = compiler_options()
+        compiled = jax.jit(run, donate_argnums=tuple(range(n_up)), compiler_options=options)
         if self._updated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
-            compiled = jax.jit(run)
+            compiled = jax.jit(run, compiler_options=options)
         self._compiled[phase] = compiled
+        return compiled
+
+    def _compile_first(self, phase: int, args: tuple) -> Any:
+        """:meth:`_compile`, then the other batch sizes announced by
+        :func:`jaxkeras.ahead.plan_batch_sizes` in the background (see :mod:`jaxkeras.ahead`)."""
+        compiled = self._compile(phase, args)
+        n_feeds = len(self._feed_inputs)
+        self._ahead = Ahead(compiled, args, n_feeds) if planned_batch_sizes() else None
         return compiled
 
     def release(self) -> None:
@@ -345,7 +357,9 @@ class Function:
             lock.acquire_write()
             try:
                 if compiled is None:
-                    compiled = self._compile(phase, (*self._get_state(values), *feeds))
+                    compiled = self._compile_first(phase, (*self._get_state(values), *feeds))
+                elif self._ahead is not None and self._ahead.wait(feeds):
+                    self._ahead = None
                 results = compiled(*self._get_state(values), *feeds)
                 # (one variable and one output are common and, measured, worth their branches)
                 if self._sole_update is None:
@@ -362,7 +376,9 @@ class Function:
             lock.acquire_read()
             try:
                 if compiled is None:
-                    compiled = self._compile(phase, (*self._get_kept(values), *feeds))
+                    compiled = self._compile_first(phase, (*self._get_kept(values), *feeds))
+                elif self._ahead is not None and self._ahead.wait(feeds):
+                    self._ahead = None
                 results = compiled(*self._get_kept(values), *feeds)  # a first call traces
                 outputs = list(map(self._convert, results))  # so look up _convert after it
             finally:

@@ -24,6 +24,9 @@ Keras keeps in ``keras.backend.common``, and makes ``keras.optimizers.get`` (whi
 ``model.compile`` calls) return unchanged any object with the Keras 2 optimizer protocol
 (``get_updates``, ``weights``, ``get_weights``, ``set_weights``, ``get_config``), such as
 ``jaxkeras.optimizers.OptaxOptimizer``; Keras accepts only its own subclasses otherwise.
+Keras's fit, evaluate and predict loops announce their batch sizes to
+:func:`jaxkeras.ahead.plan_batch_sizes`, so an epoch's smaller last batch compiles while the
+first batch does.
 Nothing changes for programs that do not load jaxkeras through Keras.
 """
 
@@ -42,6 +45,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxkeras import config
+from jaxkeras.ahead import plan_batch_sizes
 
 
 class ArgSpec(NamedTuple):
@@ -194,7 +198,31 @@ def install() -> None:
                 setattr(module, name, value)
     _keras_reads_bytes()
     config.follow(sys.modules["keras.backend.common"])
-    if "keras.optimizers" in sys.modules:
-        _accept_protocol_optimizers(sys.modules["keras.optimizers"])
+    _once_imported("keras.optimizers", _accept_protocol_optimizers)
+    _once_imported("keras.engine.training_arrays", _announce_batch_sizes)
+
+
+def _once_imported(fullname: str, then: Callable[[Any], None]) -> None:
+    """Calls ``then(module)`` now if the module ``fullname`` is imported, else right after."""
+    if fullname in sys.modules:
+        then(sys.modules[fullname])
     else:
-        sys.meta_path.insert(0, _AfterImport("keras.optimizers", _accept_protocol_optimizers))
+        sys.meta_path.insert(0, _AfterImport(fullname, then))
+
+
+def _announce_batch_sizes(training_arrays: Any) -> None:
+    """Makes Keras's fit, evaluate and predict loops announce their batch sizes (the batch
+    size, and the last batch's when it is smaller) to :func:`jaxkeras.ahead.plan_batch_sizes`,
+    so that the last batch's compile overlaps the first's."""
+    make_batches = training_arrays.make_batches
+    if getattr(make_batches, "_jaxkeras", False):
+        return
+
+    @functools.wraps(make_batches)
+    def announcing(size: int, batch_size: int) -> list:
+        batches = make_batches(size, batch_size)
+        plan_batch_sizes({end - start for start, end in batches})
+        return batches
+
+    announcing._jaxkeras = True
+    training_arrays.make_batches = announcing

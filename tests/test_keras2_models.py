@@ -300,3 +300,51 @@ def test_training_and_prediction_compile_once_per_batch_shape(digits):
         model.evaluate(x_train[:64], y_train[:64], batch_size=32, verbose=0)
     assert model.predict_function.trace_count == 1
     assert model.test_function.trace_count == 1
+
+
+def test_the_last_batch_compiles_beside_the_first(digits):
+    # 330 samples in batches of 32: Keras's fit loop announces the sizes {32, 10}, so the batch
+    # of 10 compiles in a background thread while the batch of 32 compiles
+    import threading
+
+    import jax
+
+    x, y = digits[0][:330], digits[2][:330]
+
+    def build():
+        model = Sequential(
+            [
+                layers.Dense(16, activation="relu", input_shape=(64,)),
+                layers.Dense(10, activation="softmax"),
+            ]
+        )
+        model.compile("sgd", "categorical_crossentropy")
+        return model
+
+    elsewhere = []
+
+    def listener(event, duration, **kwargs):
+        compiled = event == "/jax/core/compile/backend_compile_duration"
+        if compiled and threading.current_thread() is not threading.main_thread():
+            elsewhere.append(event)
+
+    model = build()
+    initial = model.get_weights()
+    cache = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        model.fit(x, y, epochs=2, batch_size=32, shuffle=False, verbose=0)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+        jax.config.update("jax_enable_compilation_cache", cache)
+    assert len(elsewhere) == 1
+    assert model.train_function.trace_count == 2
+    # the same batches through train_on_batch give the same weights, bit for bit
+    twin = build()
+    twin.set_weights(initial)
+    for _ in range(2):
+        for start in range(0, 330, 32):
+            twin.train_on_batch(x[start : start + 32], y[start : start + 32])
+    for ours, theirs in zip(model.get_weights(), twin.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)

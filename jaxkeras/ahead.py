@@ -1,0 +1,121 @@
+"""Compiling ahead: the other batch sizes of a loop, while the first one compiles.
+
+A training loop over ``n`` samples in batches of ``b`` feeds two shapes: ``b`` and, unless
+``b`` divides ``n``, the last batch's ``n % b``. XLA compiles each shape on its own, and the
+second compile used to wait until the end of the first epoch. A loop that announces its batch
+sizes (:func:`plan_batch_sizes`; Keras 2's fit, evaluate and predict loops do, see
+:mod:`jaxkeras.keras2`) lets a ``K.function`` compiled for one of them compile the others in a
+background thread, at the same time: XLA's compiler runs without Python's lock, so the two
+compiles overlap on two cores. The background compile is the one the later call would have
+made (JAX reuses it: same trace, same executable); it changes no state, and an error in it is
+dropped, to be raised by the call that meets it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxkeras.graph.base import is_int
+
+__all__ = ["Ahead", "plan_batch_sizes", "planned_batch_sizes"]
+
+_plan: dict[str, frozenset[int]] = {"sizes": frozenset()}
+
+
+def plan_batch_sizes(sizes: Iterable[int]) -> None:
+    """Announces the batch sizes the functions called next will be fed, replacing the last
+    announcement.
+
+    Args:
+        sizes: positive ints, e.g. ``{32, 5}`` for 1,797 samples in batches of 32.
+
+    Raises:
+        ValueError: for a size that is not a positive int.
+    """
+    sizes = list(sizes)
+    if not all(is_int(s) and s >= 1 for s in sizes):
+        raise ValueError(f"plan_batch_sizes: sizes must be positive ints, got {sizes!r}")
+    _plan["sizes"] = frozenset(map(int, sizes))
+
+
+def planned_batch_sizes() -> frozenset[int]:
+    """Returns the batch sizes last announced by :func:`plan_batch_sizes`."""
+    return _plan["sizes"]
+
+
+def _batch_of(feeds: Iterable[Any]) -> int | None:
+    """The leading size of the first feed with one (``None`` when no feed is an array)."""
+    for feed in feeds:
+        shape = getattr(feed, "shape", ())
+        if shape:
+            return shape[0]
+    return None
+
+
+def _spec(value: Any, batch: int | None = None) -> Any:
+    """What lowering for ``value`` needs, with its leading size replaced by ``batch``; ``None``
+    for a value that is not a plain array. A NumPy array stays one (small: a batch of zeros),
+    so that the background trace and the later call look up the same compiled executable."""
+    shape = value.shape if batch is None else (batch, *value.shape[1:])
+    if isinstance(value, np.ndarray):
+        return value if batch is None else np.zeros(shape, value.dtype)
+    if isinstance(value, jax.Array):
+        sharding = value.sharding if value.committed else None
+        return jax.ShapeDtypeStruct(
+            shape, value.dtype, sharding=sharding, weak_type=value.weak_type
+        )
+    return None
+
+
+class Ahead:
+    """The batch sizes a function is compiling in the background, and the thread doing it.
+
+    Args:
+        compiled: the function's ``jax.jit`` object.
+        args: the flat arguments of its first call, the feeds last.
+        n_feeds: how many of ``args`` are feeds.
+    """
+
+    def __init__(self, compiled: Any, args: tuple, n_feeds: int) -> None:
+        self._n_feeds = n_feeds
+        fixed, feeds = args[: len(args) - n_feeds], args[len(args) - n_feeds :]
+        batch = _batch_of(feeds)
+        plan = planned_batch_sizes()
+        self.sizes = plan.difference((batch,)) if batch in plan else frozenset()
+        specs = [_spec(a) for a in fixed]
+        if not self.sizes or any(s is None for s in specs):
+            self.sizes, self._thread = frozenset(), None
+            return
+        jobs = []
+        for size in sorted(self.sizes):
+            fed = [_spec(f, size if f.shape[:1] == (batch,) else None) for f in feeds]
+            if all(f is not None for f in fed):
+                jobs.append((*specs, *fed))
+        self._thread = threading.Thread(target=_compile_all, args=(compiled, jobs))
+        self._thread.start()
+
+    def wait(self, args: list) -> bool:
+        """Waits for the background compiles when a call's arguments (the feeds last) have one
+        of their batch sizes.
+
+        Returns:
+            Whether the background work is over (the caller may then drop this object).
+        """
+        if self._thread is None:
+            return True
+        if _batch_of(args[len(args) - self._n_feeds :]) in self.sizes:
+            self._thread.join()
+        return not self._thread.is_alive()
+
+
+def _compile_all(compiled: Any, jobs: list[tuple]) -> None:
+    for args in jobs:
+        # an error here is dropped: the call with these shapes raises it, if that call comes
+        with contextlib.suppress(Exception):
+            compiled.lower(*args).compile()
