@@ -192,3 +192,32 @@ def test_compilation_cache_is_size_capped(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == 2 * 2**30  # least recently used entries go beyond 2 GiB
+
+
+def test_cpu_compiles_use_the_classic_fusion_emitters_unless_xla_flags_say(monkeypatch):
+    import jax
+
+    from jaxkeras.config import CPU_FUSION_FLAG, compiler_options
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    expected = {CPU_FUSION_FLAG: False} if jax.default_backend() == "cpu" else None
+    assert compiler_options() == expected
+    monkeypatch.setenv("XLA_FLAGS", f"--{CPU_FUSION_FLAG}=true")
+    assert compiler_options() is None
+
+
+def test_the_classic_emitters_compute_the_same_bits():
+    # K.function (classic emitters on CPU) against jax.jit with XLA's defaults
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    x_value = np.concatenate([np.linspace(-30, 30, 4001), np.geomspace(1e-20, 60, 4001)])
+    x_value = x_value.astype(np.float32)
+    x = K.placeholder((None,))
+    ours = K.function([x], [K.tanh(x), K.exp(x), K.log(K.abs(x) + 1e-30), K.sigmoid(x)])
+    theirs = jax.jit(
+        lambda v: [jnp.tanh(v), jnp.exp(v), jnp.log(jnp.abs(v) + 1e-30), jax.nn.sigmoid(v)]
+    )
+    for a, b in zip(ours([x_value]), theirs(x_value)):
+        np.testing.assert_array_equal(a, np.asarray(b))
