@@ -31,7 +31,8 @@ from jaxkeras.checks import (
     is_int,
 )
 from jaxkeras.config import epsilon
-from jaxkeras.graph import Symbolic, dtype_of, op, standardize_dtype
+from jaxkeras.graph import Node, Symbolic, dtype_of, op, standardize_dtype
+from jaxkeras.graph.infer import broadcast_shapes
 from jaxkeras.ops_common import widened
 from jaxkeras.tensors import int_shape, ndim
 
@@ -158,7 +159,23 @@ def sigmoid(x: Any) -> Any:
     return jax.nn.sigmoid(_float_array(x))
 
 
-@op(name="softmax")
+def _dense_float(x: Any) -> bool:
+    """Whether ``x`` is a dense symbolic tensor of a floating dtype and known rank."""
+    return (
+        isinstance(x, Node)
+        and not x._sparse
+        and x._shape is not None
+        and jnp.issubdtype(x._dtype, jnp.floating)
+    )
+
+
+def _shaped_like_x(x: Any, *_: Any, **__: Any) -> tuple[tuple, str] | None:
+    """Shape rule: the shape and dtype of ``x``, a dense floating-point tensor; ``None``
+    (run the op) for anything else."""
+    return (x._shape, x._dtype) if _dense_float(x) else None
+
+
+@op(name="softmax", shape_rule=_shaped_like_x)
 def _softmax(x: Any, axis: int) -> Any:
     return jax.nn.softmax(_float_array(x), axis=axis)
 
@@ -262,7 +279,21 @@ def binary_crossentropy(target: Any, output: Any, from_logits: bool = False) -> 
     return _binary_crossentropy(target, output, bool(from_logits), epsilon())
 
 
-@op(name="categorical_crossentropy")
+def _crossentropy_shape(
+    target: Any, output: Any, from_logits: bool, axis: int, eps: float
+) -> tuple[tuple, str] | None:
+    """Shape rule: ``target`` and ``output`` broadcast, without ``axis``, in ``output``'s
+    dtype, for dense tensors of one rank; ``None`` (run the op) otherwise."""
+    if not _dense_float(output) or not isinstance(target, Node) or target._sparse:
+        return None
+    if target._shape is None or len(target._shape) != len(output._shape):
+        return None
+    shape = list(broadcast_shapes(target._shape, output._shape))
+    del shape[axis]
+    return tuple(shape), output._dtype
+
+
+@op(name="categorical_crossentropy", shape_rule=_crossentropy_shape)
 def _categorical_crossentropy(
     target: Any, output: Any, from_logits: bool, axis: int, eps: float
 ) -> Any:
@@ -455,7 +486,20 @@ def dropout(x: Any, level: float, noise_shape: Any = None, seed: int | None = No
 # bias
 
 
-@op(name="bias_add")
+def _bias_add_shape(x: Any, bias: Any, channel_axis: int) -> tuple[tuple, str] | None:
+    """Shape rule: ``x``'s shape and dtype for a 1-D bias of its dtype and of the size of its
+    (known) channel axis; ``None`` (run the op) otherwise."""
+    if not _dense_float(x) or not isinstance(bias, (Node, np.ndarray)):
+        return None
+    bias_shape = bias._shape if isinstance(bias, Node) else bias.shape
+    bias_dtype = bias._dtype if isinstance(bias, Node) else bias.dtype.name
+    if bias_dtype != x._dtype or bias_shape is None or len(bias_shape) != 1:
+        return None
+    channels = x._shape[channel_axis]
+    return (x._shape, x._dtype) if channels is not None and channels == bias_shape[0] else None
+
+
+@op(name="bias_add", shape_rule=_bias_add_shape)
 def _bias_add(x: Any, bias: Any, channel_axis: int) -> Any:
     x, bias = jnp.asarray(x), jnp.asarray(bias)
     if bias.ndim == 1:
