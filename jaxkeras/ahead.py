@@ -74,7 +74,8 @@ def _spec(value: Any, batch: int | None = None) -> Any:
 
 
 class Ahead:
-    """The batch sizes a function is compiling in the background, and the thread doing it.
+    """The other planned batch sizes of a function's first call, compiled in the background
+    by :meth:`compile_beside`.
 
     Args:
         compiled: the function's ``jax.jit`` object.
@@ -83,7 +84,7 @@ class Ahead:
     """
 
     def __init__(self, compiled: Any, args: tuple, n_feeds: int) -> None:
-        self._n_feeds = n_feeds
+        self._compiled, self._args, self._n_feeds = compiled, args, n_feeds
         fixed, feeds = args[: len(args) - n_feeds], args[len(args) - n_feeds :]
         batch = _batch_of(feeds)
         plan = planned_batch_sizes()
@@ -98,7 +99,20 @@ class Ahead:
             if all(f is not None for f in fed):
                 jobs.append((*specs, *fed))
         self._thread = threading.Thread(target=_compile_all, args=(compiled, jobs))
-        self._thread.start()
+
+    def compile_beside(self) -> None:
+        """Compiles the first call's size, and the other sizes in the background: that thread
+        starts once the first size is lowered (tracing and lowering hold Python's lock, XLA's
+        compile does not). The first call then finds its executable compiled.
+
+        Raises:
+            Whatever tracing, lowering or compiling the first call raises (what it would).
+        """
+        lowered = self._compiled.lower(*self._args)
+        self._args = None  # the state's buffers: not to be held beyond the first call
+        if self._thread is not None:
+            self._thread.start()
+        lowered.compile()
 
     def wait(self, args: list) -> bool:
         """Waits for the background compiles when a call's arguments (the feeds last) have one

@@ -272,8 +272,12 @@ class Function:
         """:meth:`_compile`, then the other batch sizes announced by
         :func:`jaxkeras.ahead.plan_batch_sizes` in the background (see :mod:`jaxkeras.ahead`)."""
         compiled = self._compile(phase, args)
-        n_feeds = len(self._feed_inputs)
-        self._ahead = Ahead(compiled, args, n_feeds) if planned_batch_sizes() else None
+        self._ahead = None
+        if planned_batch_sizes():
+            ahead = Ahead(compiled, args, len(self._feed_inputs))
+            if ahead.sizes:
+                ahead.compile_beside()
+                self._ahead = ahead
         return compiled
 
     def release(self) -> None:
