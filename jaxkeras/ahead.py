@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from jaxkeras.graph.base import is_int
+from jaxkeras.graph.runtime import DISTRIBUTION
 
 __all__ = ["Ahead", "plan_batch_sizes", "planned_batch_sizes"]
 
@@ -98,7 +99,9 @@ class Ahead:
             fed = [_spec(f, size if f.shape[:1] == (batch,) else None) for f in feeds]
             if all(f is not None for f in fed):
                 jobs.append((*specs, *fed))
-        self._thread = threading.Thread(target=_compile_all, args=(compiled, jobs))
+        # the thread traces in the caller's distribution scope (scopes are per thread)
+        where = DISTRIBUTION.current()
+        self._thread = threading.Thread(target=_compile_all, args=(compiled, jobs, where))
 
     def compile_beside(self) -> None:
         """Compiles the first call's size, and the other sizes in the background: that thread
@@ -128,8 +131,10 @@ class Ahead:
         return not self._thread.is_alive()
 
 
-def _compile_all(compiled: Any, jobs: list[tuple]) -> None:
-    for args in jobs:
-        # an error here is dropped: the call with these shapes raises it, if that call comes
-        with contextlib.suppress(Exception):
-            compiled.lower(*args).compile()
+def _compile_all(compiled: Any, jobs: list[tuple], where: Any) -> None:
+    scope = contextlib.nullcontext() if where is None else DISTRIBUTION.scoped(where)
+    with scope:
+        for args in jobs:
+            # an error here is dropped: the call with these shapes raises it, if it comes
+            with contextlib.suppress(Exception):
+                compiled.lower(*args).compile()

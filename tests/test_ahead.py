@@ -105,3 +105,34 @@ def test_plan_batch_sizes_checks_its_argument():
     assert planned_batch_sizes() == {8, 3}
     plan_batch_sizes(())
     assert planned_batch_sizes() == frozenset()
+
+
+class _RecordingDistribution:
+    """A one-device distribution that records the threads that ask for its output layout."""
+
+    def __init__(self):
+        self.threads = []
+
+    def variable_layout(self, name, shape):
+        return None
+
+    def place_feeds(self, feeds):
+        return list(feeds)
+
+    def output_layout(self):
+        self.threads.append(threading.current_thread().name)
+
+
+def test_the_background_trace_sees_the_callers_distribution(compiles):
+    from jaxkeras.graph.runtime import DISTRIBUTION
+
+    _, f = _train_step()
+    distribution = _RecordingDistribution()
+    plan_batch_sizes({4, 3})
+    with DISTRIBUTION.scoped(distribution):
+        for batch in (4, 3):
+            f([np.ones((batch, 4), np.float32)])
+    here = threading.current_thread().name
+    assert distribution.threads.count(here) == 1  # the trace of batch 4
+    assert len(distribution.threads) == 2  # and the background trace of batch 3
+    assert f.trace_count == 2 and len(compiles) == 2
