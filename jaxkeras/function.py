@@ -362,7 +362,7 @@ class Function:
             try:
                 if compiled is None:
                     compiled = self._compile_first(phase, (*self._get_state(values), *feeds))
-                elif self._ahead is not None and self._ahead.wait(feeds):
+                elif (ahead := self._ahead) is not None and ahead.wait(feeds):
                     self._ahead = None
                 results = compiled(*self._get_state(values), *feeds)
                 # (one variable and one output are common and, measured, worth their branches)
@@ -381,8 +381,8 @@ class Function:
             try:
                 if compiled is None:
                     compiled = self._compile_first(phase, (*self._get_kept(values), *feeds))
-                elif self._ahead is not None and self._ahead.wait(feeds):
-                    self._ahead = None
+                elif (ahead := self._ahead) is not None and ahead.wait(feeds):
+                    self._ahead = None  # (read into a local: readers run concurrently)
                 results = compiled(*self._get_kept(values), *feeds)  # a first call traces
                 outputs = list(map(self._convert, results))  # so look up _convert after it
             finally:
