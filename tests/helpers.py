@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -109,3 +111,23 @@ jax.monitoring.register_event_duration_secs_listener(
         EXECUTABLES.append(event) if event == "/jax/core/compile/backend_compile_duration" else None
     )
 )
+
+
+@contextlib.contextmanager
+def compile_threads() -> Iterator[list[str]]:
+    """Collects the names of the threads that run XLA compiles inside the block, with JAX's
+    persistent compilation cache off (a cache hit would compile nothing)."""
+    threads: list[str] = []
+
+    def listener(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            threads.append(threading.current_thread().name)
+
+    cache = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield threads
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+        jax.config.update("jax_enable_compilation_cache", cache)

@@ -3,32 +3,20 @@ background thread, and the later call with one of them reuses that compilation."
 
 import threading
 
-import jax
 import numpy as np
 import pytest
 
 import jaxkeras as K
 from jaxkeras.ahead import plan_batch_sizes, planned_batch_sizes
-
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+from tests.helpers import compile_threads
 
 
 @pytest.fixture
 def compiles():
-    """The names of the threads that ran XLA compiles, with the persistent cache off (a cache
-    hit would compile nothing); the batch plan is cleared afterwards."""
-    threads = []
-
-    def listener(event, duration, **kwargs):
-        if event == COMPILE_EVENT:
-            threads.append(threading.current_thread().name)
-
-    cache = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    yield threads
-    jax.monitoring.unregister_event_duration_listener(listener)
-    jax.config.update("jax_enable_compilation_cache", cache)
+    """The names of the threads that ran XLA compiles (see ``compile_threads``); the batch
+    plan is cleared afterwards."""
+    with compile_threads() as threads:
+        yield threads
     plan_batch_sizes(())
 
 
