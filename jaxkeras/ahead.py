@@ -91,14 +91,15 @@ class Ahead:
         plan = planned_batch_sizes()
         self.sizes = plan.difference((batch,)) if batch in plan else frozenset()
         specs = [_spec(a) for a in fixed]
-        if not self.sizes or any(s is None for s in specs):
+        jobs = []
+        if all(s is not None for s in specs):
+            for size in sorted(self.sizes):
+                fed = [_spec(f, size if f.shape[:1] == (batch,) else None) for f in feeds]
+                if all(f is not None for f in fed):
+                    jobs.append((*specs, *fed))
+        if not jobs:  # nothing planned, or no plain arrays to lower for
             self.sizes, self._thread = frozenset(), None
             return
-        jobs = []
-        for size in sorted(self.sizes):
-            fed = [_spec(f, size if f.shape[:1] == (batch,) else None) for f in feeds]
-            if all(f is not None for f in fed):
-                jobs.append((*specs, *fed))
         # the thread traces in the caller's distribution scope (scopes are per thread)
         where = DISTRIBUTION.current()
         self._thread = threading.Thread(target=_compile_all, args=(compiled, jobs, where))
