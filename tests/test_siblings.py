@@ -85,6 +85,21 @@ def test_gradients_through_merged_siblings_are_the_separate_ops(gated, monkeypat
     np.testing.assert_allclose(merged[2], merged[0][:, 2 * UNITS : 3 * UNITS], rtol=1e-6)
 
 
+def test_the_parts_gradients_are_concatenated_not_padded_and_summed(gated):
+    # slicing the merged output per member would transpose to one zero-padded copy of the
+    # whole output per member, summed; one split transposes to one concatenate
+    kernel, recurrent, data = gated
+    x = K.placeholder((None, 6, 2))
+    w, u = K.variable(kernel), K.variable(recurrent)
+    outputs, _ = _gated_rnn(x, w, u)
+    f = K.function([x], K.gradients(K.sum(K.square(outputs)), [w, u]))
+    lines = f.lower([data]).as_text().splitlines()
+    merged = f"tensor<{len(data)}x{4 * UNITS}xf32>"  # a step's merged product: (batch, 4 gates)
+    assert not [line for line in lines if "stablehlo.pad" in line and merged in line]
+    concatenated = [line for line in lines if "stablehlo.concatenate" in line]
+    assert sum(line.endswith(f"-> {merged}") for line in concatenated) == 2  # input, state
+
+
 @pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
 def test_sibling_convolutions_in_a_loop_body(data_format):
     rng = np.random.default_rng(1)

@@ -40,23 +40,25 @@ class _Group:
         self.index = index  # the first member's place in the walk
         self.position, self.axis, self.out_axis = position, axis, out_axis
         self.members: list[Node] = []
-        self.parts: dict[Node, tuple[int, int]] = {}
-        self.value: Any = None
+        self.parts: dict[Node, Any] = {}
 
     def part(self, node: Node, memo: dict) -> Any:
-        """The output of member ``node``; the first call computes the merged op."""
-        if self.value is None:
+        """The output of member ``node``; the first call computes the merged op and splits it.
+
+        One ``lax.split`` makes every member's part: its transpose is one concatenate of the
+        parts' cotangents, where a slice per part would transpose to a zero-padded copy of the
+        whole output per part, summed (a ConvLSTM's gate gradients: four 160-channel arrays
+        written and added per step where one is needed).
+        """
+        if not self.parts:
             kernels = [member._leaves[self.position] for member in self.members]
             values = [memo[leaf] if isinstance(leaf, Node) else leaf for leaf in self.leaves]
             values[self.position] = jnp.concatenate([memo[k] for k in kernels], self.axis)
-            self.value = apply_op(self.fn, self.treedef, values)
-            start = 0
-            for member, kernel in zip(self.members, kernels):
-                size = kernel._shape[self.axis]
-                self.parts[member] = (start, start + size)
-                start += size
-        start, stop = self.parts[node]
-        return lax.slice_in_dim(self.value, start, stop, axis=self.out_axis)
+            value = apply_op(self.fn, self.treedef, values)
+            sizes = [kernel._shape[self.axis] for kernel in kernels]
+            pieces = lax.split(value, sizes, axis=self.out_axis)
+            self.parts = dict(zip(self.members, pieces))
+        return self.parts[node]
 
 
 def plan(order: Sequence[Node]) -> dict[Node, _Group]:
