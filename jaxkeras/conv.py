@@ -144,14 +144,32 @@ def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):
     )
 
 
+def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
+    """``x``'s channel axis contracted with ``matrix``'s rows; the result's channels are last.
+
+    Channels last, ``x`` multiplies as one ``(positions, channels)`` matrix: the gradient with
+    respect to ``matrix`` is then a transposed-lhs matrix product, where a product over the
+    batch and spatial axes unflattened made XLA:CPU copy the whole cotangent transposed first
+    (2 ms per step of a ConvLSTM's recurrent convolution at the conv_lstm example's sizes).
+
+    Args:
+        x: an array with its channels on ``c_axis``.
+        matrix: ``(channels, out)``.
+        c_axis: ``x``'s channel axis.
+
+    Returns:
+        ``x``'s other axes in order, then ``out``.
+    """
+    if c_axis % x.ndim == x.ndim - 1:
+        return (x.reshape(-1, matrix.shape[0]) @ matrix).reshape(*x.shape[:-1], matrix.shape[1])
+    return lax.dot_general(x, matrix, (((c_axis,), (0,)), ((), ())))
+
+
 def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
     """Convolution as one matmul: the window's strided slices are concatenated along the channel
     axis (patches ordered (offset, channel), as ``kernel.reshape(-1, out)``) and contracted.
 
-    Channels last, the patches multiply as one ``(positions, window * channels)`` matrix: the
-    kernel's gradient is then a transposed-lhs matrix product, where a product over the batch
-    and spatial axes unflattened made XLA:CPU copy the whole cotangent transposed first (2 ms
-    per step of a ConvLSTM at the conv_lstm example's sizes)."""
+    """
     n = kernel.ndim - 2
     axes = spatial_axes(n, data_format)
     c_axis = channel_axis(n, data_format)
@@ -162,12 +180,8 @@ def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
     ]
     slices = window_slices(x, axes, kernel.shape[:n], strides, dilation, outs)
     patches = jnp.concatenate(slices, axis=c_axis) if len(slices) > 1 else slices[0]
-    flat = kernel.reshape(-1, kernel.shape[-1])
-    if data_format == "channels_last":
-        rows = patches.reshape(-1, flat.shape[0])
-        return (rows @ flat).reshape(*patches.shape[:-1], flat.shape[1])
-    y = lax.dot_general(patches, flat, (((c_axis,), (0,)), ((), ())))
-    return jnp.moveaxis(y, -1, 1)
+    y = _contract_channels(patches, kernel.reshape(-1, kernel.shape[-1]), c_axis)
+    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
 
 
 def _taps_conv(x, kernel, strides, pads, dilation, data_format):
@@ -185,7 +199,7 @@ def _taps_conv(x, kernel, strides, pads, dilation, data_format):
     offsets = list(itertools.product(*(range(w) for w in window)))
     flat = jnp.moveaxis(kernel.reshape(len(offsets), c_in, c_out), 0, 1)
     flat = flat.reshape(c_in, len(offsets) * c_out)
-    z = lax.dot_general(x, flat, (((channel_axis(n, data_format),), (0,)), ((), ())))
+    z = _contract_channels(x, flat, channel_axis(n, data_format))
     axes = range(1, n + 1)  # z is channels last whatever x's format
     padded = [s + lo + hi for s, (lo, hi) in zip(z.shape[1:-1], pads)]
     outs = [

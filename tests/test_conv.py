@@ -94,14 +94,15 @@ def test_lowering_gradients_match_lax(lowering, n, data_format, padding, strides
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("lowering", ["im2col", "taps"])
 @pytest.mark.parametrize("n", [1, 2, 3])
-def test_im2col_contracts_the_patches_as_one_matrix(n):
-    # channels_last: the patches reshape to (positions, window * channels) and multiply as a
-    # matrix, so the kernel's gradient is a plain transposed-lhs product; a product over the
-    # unflattened batch and spatial axes made XLA:CPU copy the whole cotangent transposed
+def test_matmul_lowerings_contract_channels_as_one_matrix(n, lowering):
+    # channels_last: the patches (or the input) reshape to (positions, channels) and multiply
+    # as a matrix, so the kernel's gradient is a plain transposed-lhs product; a product over
+    # the unflattened batch and spatial axes made XLA:CPU copy the whole cotangent transposed
     x, w = conv_inputs(n, "channels_last")
     fn = lambda a, b: K.sum(  # noqa: E731
-        K.square(CONV_OPS[n](a, b, 1, "same", "channels_last", 1, lowering="im2col"))
+        K.square(CONV_OPS[n](a, b, 1, "same", "channels_last", 1, lowering=lowering))
     )
     text = jax.jit(jax.grad(fn, argnums=(0, 1))).lower(x, w).as_text()
     dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
