@@ -12,11 +12,13 @@ many times a plain one.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 LIMIT = 4096
 """The most summands a full reduction may have to be summed exactly."""
@@ -44,41 +46,52 @@ def applies(x: Any, axis: Any) -> bool:
     return type(size) is int and 1 < size <= LIMIT and x.dtype in _EXACT_DTYPES
 
 
-def two_sum(a: Any, b: Any) -> tuple[Any, Any]:
+def two_sum(
+    a: Any, b: Any, add: Callable = operator.add, sub: Callable = operator.sub
+) -> tuple[Any, Any]:
     """Knuth's TwoSum, on NumPy or JAX arrays of one float dtype.
 
     Args:
         a: summands.
         b: summands (broadcast with ``a``).
+        add: the addition to use (``lax.add`` traces faster than ``+`` on tracers).
+        sub: the subtraction to use.
 
     Returns:
         The rounded sum ``a + b`` and its rounding error (exactly ``a + b`` minus that sum).
     """
-    total = a + b
-    b_part = total - a
-    return total, (a - (total - b_part)) + (b - b_part)
+    total = add(a, b)
+    b_part = sub(total, a)
+    return total, add(sub(a, sub(total, b_part)), sub(b, b_part))
 
 
 @jax.custom_jvp
 def _compensated_sum(x: Any) -> Any:
-    s = jnp.ravel(x)
+    # lax's primitives, not jax.numpy's functions (each of them a nested jit to trace): this
+    # body is traced anew for every shape, in every loss and metric of a training step
+    s = lax.reshape(x, (x.size,))
     n = s.shape[0]
-    s = jnp.pad(s, (0, (1 << (n - 1).bit_length()) - n))
+    s = lax.pad(s, lax.full((), 0, s.dtype), [(0, (1 << (n - 1).bit_length()) - n, 0)])
     err = None
     while s.shape[0] > 1:
         half = s.shape[0] // 2
-        a, b = s[:half], s[half:]
-        total, rounding = two_sum(a, b)
-        err = rounding if err is None else err[:half] + err[half:] + rounding
-        s = total
+        a, b = lax.slice_in_dim(s, 0, half), lax.slice_in_dim(s, half, 2 * half)
+        s, rounding = two_sum(a, b, lax.add, lax.sub)
+        if err is not None:
+            rounding = lax.add(
+                lax.add(lax.slice_in_dim(err, 0, half), lax.slice_in_dim(err, half, 2 * half)),
+                rounding,
+            )
+        err = rounding
+    total = lax.reshape(s, ())
     # an inf among the summands makes every error term after it NaN: the plain sum stands
-    return jnp.where(jnp.isfinite(s[0]), s[0] + err[0], s[0])
+    return lax.select(lax.is_finite(total), lax.add(total, lax.reshape(err, ())), total)
 
 
 @_compensated_sum.defjvp
 def _compensated_sum_jvp(primals: tuple, tangents: tuple) -> tuple:
     (x,), (dx,) = primals, tangents
-    return _compensated_sum(x), jnp.sum(dx)
+    return compensated_sum(x), jnp.sum(dx)
 
 
 compensated_sum = jax.jit(_compensated_sum)

@@ -3,6 +3,7 @@ are the correctly rounded sum whatever the layout; larger and partial ones are X
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import jax
@@ -88,6 +89,18 @@ def test_gradient_is_a_plain_sums_gradient() -> None:
     np.testing.assert_allclose(
         K.function([p], [g])([np.asarray(x)])[0], 2 * np.asarray(x) / 20, rtol=1e-6
     )
+
+
+def test_the_exact_sum_traces_to_primitives_alone() -> None:
+    # its body is traced for every shape in every loss and metric, and in their gradients:
+    # jax.numpy's functions would each be a nested jit to trace and linearize
+    x = jnp.linspace(0.0, 1.0, 37, dtype=jnp.float32)
+    forward = str(jax.make_jaxpr(summation._compensated_sum)(x))
+    gradient = str(jax.make_jaxpr(jax.grad(summation._compensated_sum))(x))
+    assert "add" in forward and "slice" in forward
+    jits = re.compile(r"\bp?jit\[\s*name=(\w+)")
+    assert jits.findall(forward) == []
+    assert set(jits.findall(gradient)) <= {"_compensated_sum"}  # the primal, once compiled
 
 
 def test_what_stays_xla() -> None:
