@@ -167,9 +167,7 @@ def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
 
 def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
     """Convolution as one matmul: the window's strided slices are concatenated along the channel
-    axis (patches ordered (offset, channel), as ``kernel.reshape(-1, out)``) and contracted.
-
-    """
+    axis (patches ordered (offset, channel), as ``kernel.reshape(-1, out)``) and contracted."""
     n = kernel.ndim - 2
     axes = spatial_axes(n, data_format)
     c_axis = channel_axis(n, data_format)

@@ -33,7 +33,8 @@ SPLITS: dict[Callable, SplitRule] = {}
 
 
 class _Group:
-    """Sibling nodes and, once computed, the op's output on their kernels concatenated."""
+    """Sibling nodes and, once computed, each one's part of the op's output on their kernels
+    concatenated."""
 
     def __init__(self, node: Node, position: int, axis: int, out_axis: int, index: int) -> None:
         self.fn, self.treedef, self.leaves = node._fn, node._treedef, node._leaves
