@@ -62,11 +62,11 @@ def save_checkpoint(
     """
     names = _names(variables)
     with STORE.lock.read():
-        names = sorted(STORE.values) if names is None else names
-        missing = [n for n in names if n not in STORE.values]
+        names = sorted(STORE.names()) if names is None else names
+        missing = [n for n in names if not STORE.has(n)]
         if missing:
             raise ValueError(f"save_checkpoint: no live variable is named {missing[0]!r}")
-        values = [STORE.values[n] for n in names]
+        values = [STORE.read(n) for n in names]
         arrays = [state.to_numpy(v) for v in values]
         rng = STORE.rng_state()
     entries = {
@@ -158,7 +158,7 @@ def restore_checkpoint(
     saved = dict(meta["variables"])
     names = _names(variables)
     with STORE.lock.write():
-        live = dict(STORE.values)
+        live = {n: STORE.read(n) for n in STORE.names()}
         if names is None:
             names = sorted(live)
             extra = sorted(set(saved) - set(live))
@@ -173,5 +173,5 @@ def restore_checkpoint(
             if name not in saved:
                 raise ValueError(f"restore_checkpoint: variable {name!r} is not in the checkpoint")
         new = {n: _restored(n, saved[n], arrays[n], live[n]) for n in names}
-        STORE.values.update(new)
+        STORE.write(new)
         STORE.set_rng_state(meta["rng"])

@@ -12,7 +12,6 @@ decided then.
 
 from __future__ import annotations
 
-import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +39,7 @@ from jaxkeras.graph import (
     op,
     topological_order,
 )
+from jaxkeras.packs import StateLayout
 from jaxkeras.state import (
     STORE,
     Update,
@@ -157,10 +157,8 @@ class Function:
         read = {n.name for n in nodes if isinstance(n, Variable)}
         self._updated = list(dict.fromkeys(u.variable.name for u in self.updates))
         self._kept = sorted(read.difference(self._updated))
-        self._sole_update = self._updated[0] if len(self._updated) == 1 else None
         self.variable_names = sorted(read.union(self._updated))
-        self._get_kept = _getter(self._kept)
-        self._get_state = _getter(self._updated + self._kept)
+        self._layout: StateLayout | None = None  # made by the first call (see _state_args)
         self._scalars = any(not s for s in map(graph.static_shape, self.outputs))
         self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
         self._random = graph.random_nodes(roots)
@@ -222,10 +220,10 @@ class Function:
         new_state.update(new)
         return outputs, new_state
 
-    def _traced(self, phase: int, donated: list, kept: list, rng: Any, feeds: list) -> Any:
+    def _traced(self, phase: int, args: Sequence, rng: Any, feeds: Sequence) -> Any:
         self.trace_count += 1
-        state = dict(zip(self._updated, donated))
-        state.update(zip(self._kept, kept))
+        layout = self._layout
+        state = layout.state(args)
         keys = {
             node: derive_key(rng[0], node._seed, rng[i + 1]) for i, node in enumerate(self._random)
         }
@@ -233,37 +231,37 @@ class Function:
         outputs, new = self._evaluate(ctx, feeds)
         if any(map(graph.is_bcoo, outputs)):
             self._convert = to_numpy
-        return _laid_out(outputs, self._updated, new)
+        new.update(zip(layout.loose_updated, _laid_out(layout.loose_updated, new)))
+        return _laid_out_outputs(outputs), layout.new_state(args, new)
 
     def _compile(self, phase: int, args: tuple) -> Any:
         """Compiles the graph for ``phase`` (a function that updates variables is traced now,
         on ``args``; one that only reads is traced by its first call).
 
-        The compiled function takes flat positional arguments (the updated variables' values,
-        donated; the read-only ones; the random-run table when the graph draws; the feeds) and
-        returns a flat tuple (outputs, then new values), which is what JAX's C++ dispatch
-        handles fastest. The updated variables' buffers are donated, unless the
-        traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
+        The compiled function takes flat positional arguments (the state, as laid out by
+        :class:`~jaxkeras.packs.StateLayout`, its updated part donated; the random-run table
+        when the graph draws; the feeds) and returns a flat tuple (outputs, then the new
+        state), which is what JAX's C++ dispatch handles fastest. The updated state is donated,
+        unless the traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
         ``jax.debug.callback``, e.g. via ``print_tensor``): such a call can fail while it runs,
         after donation, and would leave the variables without values. Errors found while
         tracing change nothing. JAX reuses the trace looked at for callbacks (for either
         compilation), so the graph is traced once per phase and input signature.
         """
-        n_up, n_kept, n_rng = len(self._updated), len(self._kept), int(bool(self._random))
-        first_feed = n_up + n_kept + n_rng
+        n_state, n_rng = self._layout.n_args, int(bool(self._random))
+        first_feed = n_state + n_rng
 
         def run(*flat):
-            rng = flat[first_feed - 1] if n_rng else None
-            outputs, new = self._traced(
-                phase, flat[:n_up], flat[n_up : n_up + n_kept], rng, flat[first_feed:]
-            )
+            rng = flat[n_state] if n_rng else None
+            outputs, new = self._traced(phase, flat[:n_state], rng, flat[first_feed:])
             return (*outputs, *new)
 
         if jax.process_count() > 1:
             self._convert = to_numpy
         options = compiler_options()
-        compiled = jax.jit(run, donate_argnums=tuple(range(n_up)), compiler_options=options)
-        if self._updated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
+        donated = self._layout.donated
+        compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
+        if donated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
             compiled = jax.jit(run, compiler_options=options)
         self._compiled[phase] = compiled
         return compiled
@@ -327,10 +325,35 @@ class Function:
         """
         phase, feeds = self._feeds(inputs)
         rng = (np.zeros(len(self._random) + 1, np.uint32),) if self._random else ()
-        with STORE.lock.read():
-            args = (*self._get_state(STORE.values), *rng, *feeds)
+        with STORE.lock.write():
+            args = (*self._state_args(), *rng, *feeds)
             compiled = self._compiled.get(phase) or self._compile(phase, args)
             return compiled.lower(*args)
+
+    def _state_args(self) -> tuple:
+        """The state arguments of a call (holding the store's lock exclusively).
+
+        The first call packs the function's variables (those it updates apart from those it
+        only reads) and lays its state out. A later one packs again the packs loosened since
+        (their variables keep their places: nothing compiles again), or lays the state out
+        anew when another function has packed one of its loose variables since (compiling
+        again).
+        """
+        if self._layout is not None:
+            args = self._packed_args()
+            if args is not None:
+                return args
+        STORE.pack(self._updated)
+        STORE.pack(self._kept)
+        self._layout = StateLayout(self._updated, self._kept, STORE.packs)
+        self._compiled, self._ahead = {}, None
+        return self._packed_args()
+
+    def _packed_args(self) -> tuple | None:
+        for pack in self._layout.packs:
+            if pack.buffer is None:
+                STORE.repack(pack)
+        return self._layout.args(STORE.values)
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
         """Runs the graph on ``inputs`` (one value per input tensor, in order).
@@ -351,7 +374,6 @@ class Function:
                 feeds = DISTRIBUTION.current().place_feeds(feeds)
         else:
             phase, feeds = self._feeds(inputs)
-        compiled = self._compiled.get(phase)
         if self._random:
             feeds.insert(0, STORE.take_runs(self._random))
         values, lock, n_out = STORE.values, STORE.lock, self._n_outputs
@@ -360,16 +382,17 @@ class Function:
         if self._updated:
             lock.acquire_write()
             try:
+                layout = self._layout
+                args = None if layout is None else layout.args(values)
+                if args is None:
+                    args = self._state_args()
+                compiled = self._compiled.get(phase)
                 if compiled is None:
-                    compiled = self._compile_first(phase, (*self._get_state(values), *feeds))
+                    compiled = self._compile_first(phase, (*args, *feeds))
                 elif (ahead := self._ahead) is not None and ahead.wait(feeds):
                     self._ahead = None
-                results = compiled(*self._get_state(values), *feeds)
-                # (one variable and one output are common and, measured, worth their branches)
-                if self._sole_update is None:
-                    values.update(zip(self._updated, results[n_out:]))
-                else:
-                    values[self._sole_update] = results[n_out]
+                results = compiled(*args, *feeds)
+                self._layout.commit(values, results, n_out)
                 if n_out == 1:
                     outputs = [self._convert(results[0])]
                 else:
@@ -377,16 +400,24 @@ class Function:
             finally:
                 lock.release_write()
         else:
-            lock.acquire_read()
-            try:
-                if compiled is None:
-                    compiled = self._compile_first(phase, (*self._get_kept(values), *feeds))
-                elif (ahead := self._ahead) is not None and ahead.wait(feeds):
-                    self._ahead = None  # (read into a local: readers run concurrently)
-                results = compiled(*self._get_kept(values), *feeds)  # a first call traces
-                outputs = list(map(self._convert, results))  # so look up _convert after it
-            finally:
-                lock.release_read()
+            while True:  # (a pack loosened by another thread is packed again, then retried)
+                lock.acquire_read()
+                try:
+                    layout = self._layout
+                    args = None if layout is None else layout.args(values)
+                    if args is not None:
+                        compiled = self._compiled.get(phase)
+                        if compiled is None:
+                            compiled = self._compile_first(phase, (*args, *feeds))
+                        elif (ahead := self._ahead) is not None and ahead.wait(feeds):
+                            self._ahead = None  # (read into a local: readers run concurrently)
+                        results = compiled(*args, *feeds)  # a first call traces
+                        outputs = list(map(self._convert, results))  # so look up _convert now
+                        break
+                finally:
+                    lock.release_read()
+                with lock.write():
+                    self._state_args()
         if self._scalars:
             outputs = [o[()] if o.ndim == 0 else o for o in outputs]
         return outputs[0] if self._single else outputs
@@ -396,33 +427,25 @@ _ARRAY_TYPES = (np.ndarray, ARRAY_TYPE)
 _SEQUENCES = (list, tuple)
 
 
-def _getter(names: list[str]) -> Any:
-    """A function of a dict returning the tuple of its values at ``names`` (in C, per call)."""
-    if not names:
-        return lambda values: ()
-    pick = operator.itemgetter(*names)
-    if len(names) == 1:
-        return lambda values: (pick(values),)
-    return pick
-
-
-def _laid_out(outputs: list, names: list[str], new: dict[str, Any]) -> tuple[list, list]:
-    """Inside a trace: the new values of the variables ``names``, each kept in the layout of
-    its stored value (so no call moves the state), and the outputs in the distribution's
-    output layout."""
+def _laid_out(names: list[str], new: dict[str, Any]) -> list:
+    """Inside a trace: the new values of the loose variables ``names``, each kept in the layout
+    of its stored value (so no call moves the state)."""
     values = []
     for name in names:
         value, layout = new[name], stored_layout(STORE.values.get(name))
         if layout is not None and not graph.is_bcoo(value):
             value = lax.with_sharding_constraint(value, layout)
         values.append(value)
+    return values
+
+
+def _laid_out_outputs(outputs: list) -> list:
+    """Inside a trace: the outputs, in the distribution's output layout."""
     distribution = DISTRIBUTION.current()
     layout = None if distribution is None else distribution.output_layout()
-    if layout is not None:
-        outputs = [
-            o if graph.is_bcoo(o) else lax.with_sharding_constraint(o, layout) for o in outputs
-        ]
-    return outputs, values
+    if layout is None:
+        return outputs
+    return [o if graph.is_bcoo(o) else lax.with_sharding_constraint(o, layout) for o in outputs]
 
 
 def _calls_back(jaxpr: Any) -> bool:
@@ -614,7 +637,7 @@ def _run(targets: list, updates: list, leaves: list, ctx: Context, memo: dict) -
         if ctx.scope:
             ctx.write(target, new[target.name])
         else:
-            STORE.values[target.name] = place_like(new[target.name], STORE.values[target.name])
+            STORE.write({target.name: place_like(new[target.name], STORE.read(target.name))})
     after_iter = iter(after)
     return [next(after_iter) if isinstance(leaf, Update) else v for leaf, v in zip(leaves, values)]
 

@@ -27,6 +27,7 @@ from jax.experimental import multihost_utils, sparse
 from jaxkeras import graph
 from jaxkeras.checks import check_dtype, check_fits, check_seed, check_variable
 from jaxkeras.graph import DISTRIBUTION, Context, Symbolic, VariableNode
+from jaxkeras.packs import Pack, packable
 
 # ---------------------------------------------------------------------------------------------
 # the store
@@ -137,9 +138,14 @@ class Store:
     on them) and exclusively to write them, so no thread sees a torn or donated buffer and no
     update is lost.
 
+    Values are *loose* (one array per variable, in :attr:`values`) or *packed* (sliced from a
+    :class:`~jaxkeras.packs.Pack`'s buffer, which compiled functions take as one argument);
+    :meth:`read`, :meth:`names` and :meth:`write` see both alike.
+
     Attributes:
-        values: variable name -> ``jax.Array``.
-        lock: the :class:`RWLock` guarding ``values``.
+        values: variable name -> ``jax.Array``, for the loose values.
+        packs: variable name -> the pack it belongs to (for the variable's life, packed or not).
+        lock: the :class:`RWLock` guarding ``values`` and the packs.
         seed: the global seed every random key derives from (``K.set_random_seed``).
         runs: random node -> how many times it has run (weakly keyed).
         restored_runs: seed -> runs, from a restored checkpoint, for nodes not yet run since.
@@ -148,6 +154,7 @@ class Store:
 
     def __init__(self, seed: int = 0) -> None:
         self.values: dict[str, jax.Array] = {}
+        self.packs: dict[str, Pack] = {}
         self.lock = RWLock()
         self.seed = seed
         self.runs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -164,12 +171,75 @@ class Store:
         try:
             return self.values[name]
         except KeyError:
+            pack = self.packs.get(name)
+            if pack is not None and pack.buffer is not None:
+                return pack.views()[name]
             raise ValueError(f"variable {name!r} has no value in the store") from None
+
+    def has(self, name: str) -> bool:
+        """Whether a live variable is called ``name``."""
+        return name in self.values or name in self.packs
+
+    def names(self) -> list[str]:
+        """Returns the names of the live variables."""
+        return [*self.values, *(n for n, p in self.packs.items() if p.buffer is not None)]
+
+    def write(self, values: Mapping[str, Any]) -> None:
+        """Stores new values, by variable name (hold :attr:`lock` exclusively); the pack of a
+        packed variable among them is loosened first.
+
+        Args:
+            values: variable name -> its new value, placed as it is to be stored.
+        """
+        for name in values:
+            pack = self.packs.get(name)
+            if pack is not None and pack.buffer is not None:
+                self.loosen(pack)
+        self.values.update(values)
+
+    def loosen(self, pack: Pack) -> None:
+        """Makes a packed pack's live members loose values again (hold :attr:`lock`
+        exclusively)."""
+        views = pack.views()
+        self.values.update((n, views[n]) for n in pack.names if self.packs.get(n) is pack)
+        pack.set_buffer(None)
+
+    def pack(self, names: Sequence[str]) -> None:
+        """Packs the packable loose values among ``names``: one new pack per dtype, of two
+        values or more (hold :attr:`lock` exclusively). Values already in a pack stay in theirs.
+
+        A value alone stays loose: a pack of one would save no argument, and XLA copies a
+        reshaped buffer it updates in place.
+
+        Args:
+            names: names of live variables.
+        """
+        groups = defaultdict(list)
+        for name in names:
+            value = self.values.get(name)
+            if name not in self.packs and packable(value):
+                groups[value.dtype].append(name)
+        for dtype, members in groups.items():
+            if len(members) < 2:
+                continue
+            pack = Pack(members, [self.values[n].shape for n in members], dtype)
+            pack.form([self.values.pop(n) for n in members])
+            self.packs.update(dict.fromkeys(members, pack))
+
+    def repack(self, pack: Pack) -> None:
+        """Packs a loose pack's members again, in their old places (hold :attr:`lock`
+        exclusively); the places of variables deleted since are zeros."""
+        pack.form(
+            [
+                self.values.pop(n) if self.packs.get(n) is pack else np.zeros(s, pack.dtype)
+                for n, s in zip(pack.names, pack.shapes)
+            ]
+        )
 
     def unique_name(self, name: str) -> str:
         """Returns ``name``, or ``name_N`` with the smallest N no live variable uses."""
         unique, n = name, 0
-        while unique in self.values:
+        while self.has(unique):
             n += 1
             unique = f"{name}_{n}"
         return unique
@@ -228,8 +298,10 @@ class Store:
                 self.runs[node] = runs.get(node._seed, 0)
 
     def drop(self, name: str) -> None:
-        """Forgets a variable's value (called when the variable is garbage-collected)."""
+        """Forgets a variable's value (called when the variable is garbage-collected; a packed
+        one's place in its pack stays unused)."""
         self.values.pop(name, None)
+        self.packs.pop(name, None)
 
 
 STORE = Store()
@@ -534,6 +606,7 @@ def _checked_value(x: Variable, value: Any, fn: str) -> Any:
     check_fits(fn, "value", tuple(value.shape), x)
     if x._sparse and isinstance(value, np.ndarray):
         value = sparse.BCOO.fromdense(value)  # a sparse variable stays sparse
+    # (a packed value is not in ``values``, and was not placed: it has no layout to keep)
     return place_like(_copy_to_device(value, x.dtype, fn), STORE.values.get(x.name))
 
 
@@ -551,7 +624,7 @@ def set_value(x: Variable, value: Any) -> None:
     check_variable("set_value", "x", x)
     data = _checked_value(x, value, "set_value")
     with STORE.lock.write():
-        STORE.values[x.name] = data
+        STORE.write({x.name: data})
 
 
 def batch_set_value(tuples: Sequence[tuple[Variable, Any]]) -> None:
@@ -565,8 +638,7 @@ def batch_set_value(tuples: Sequence[tuple[Variable, Any]]) -> None:
         check_variable("batch_set_value", "x", x)
         checked.append((x.name, _checked_value(x, value, "batch_set_value")))
     with STORE.lock.write():
-        for name, data in checked:
-            STORE.values[name] = data
+        STORE.write(dict(checked))
 
 
 def count_params(x: Any) -> int:
@@ -867,7 +939,7 @@ def get_state(variables: Sequence[Variable | str] | None = None) -> dict[str, ja
     """
     with STORE.lock.read():
         if variables is None:
-            names = list(STORE.values)
+            names = STORE.names()
         else:
             names = [v.name if isinstance(v, Variable) else v for v in variables]
         return {n: _device_copy(STORE.read(n)) for n in names}
@@ -883,13 +955,13 @@ def set_state(values: Mapping[str, Any]) -> None:
     with STORE.lock.write():
         checked = {}
         for name, value in values.items():
-            if name not in STORE.values:
+            if not STORE.has(name):
                 raise ValueError(f"set_state: no live variable is named {name!r}")
-            old = STORE.values[name]
+            old = STORE.read(name)
             if tuple(np.shape(value)) != tuple(old.shape):
                 raise ValueError(
                     f"set_state: value of shape {np.shape(value)} does not fit "
                     f"variable {name!r} of shape {tuple(old.shape)}"
                 )
             checked[name] = place_like(_copy_to_device(value, old.dtype.name), old)
-        STORE.values.update(checked)
+        STORE.write(checked)
