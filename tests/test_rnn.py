@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
+from jaxkeras import state
 from tests.helpers import numeric_grad
 
 tanh = K.op(jnp.tanh, name="tanh")
@@ -628,12 +629,7 @@ def test_a_convolving_step_keeps_its_loop_with_matmul_lowerings_on_cpu():
     scanned, unrolled = _conv_rnn(False), _conv_rnn(True)
     for a, b in zip(scanned([feed]), unrolled([feed])):  # dots vs XLA's convolution: the
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # sums run in another order
-    hlo = (
-        jax.jit(lambda *args: scanned._traced(0, [], *args))
-        .lower([v for v in scanned.state().values()], None, [feed])
-        .compile()
-        .as_text()
-    )
+    hlo = scanned.lower([feed]).compile().as_text()
     assert "while" in hlo  # the loop is kept ...
     assert "convolution" not in hlo  # ... and its convolutions (and their gradients) are dots
 
@@ -649,12 +645,7 @@ def test_a_depthwise_convolving_step_is_unrolled_on_cpu():
     last, _, _ = K.rnn(step, x, [K.zeros_like(x[:, 0])])
     f = K.function([x], [last])
     feed = np.ones((2, 3, 5, 5, 2), np.float32)
-    hlo = (
-        jax.jit(lambda *args: f._traced(0, [], *args))
-        .lower([v for v in f.state().values()], None, [feed])
-        .compile()
-        .as_text()
-    )
+    hlo = f.lower([feed]).compile().as_text()
     assert "while" not in hlo  # one unrolled loop body per step on CPU
 
 
@@ -669,11 +660,7 @@ def test_a_plain_step_keeps_its_loop():
     last, _, _ = K.rnn(step, x, [K.zeros_like(x[:, 0])])
     f = K.function([x], [last])
     feed = np.ones((2, 4, 3), np.float32)
-    hlo = (
-        jax.jit(lambda *args: f._traced(0, [], *args))
-        .lower([v for v in f.state().values()], None, [feed])
-        .as_text()
-    )
+    hlo = f.lower([feed]).as_text()
     assert "while" in hlo
 
 
@@ -693,9 +680,9 @@ def test_a_convolving_loop_saves_no_patches_for_its_gradient():
     # _conv_rnn's 3x3 convolutions of 2 channels (9 * 2 = 18 wide) are recomputed instead.
     f = _conv_rnn(False)
     feed = np.ones((2, 5, 6, 6, 2), np.float32)
-    traced = jax.make_jaxpr(lambda *args: f._traced(0, [], *args))(
-        [v for v in f.state().values()], None, [feed]
-    )
+    f.lower([feed])  # lays the state out
+    args = f._layout.args(state.store().values)
+    traced = jax.make_jaxpr(lambda *args: f._traced(0, *args))(args, None, [feed])
     shapes = _scan_output_shapes(traced.jaxpr)
     assert (5, 2, 6, 6, 2) in shapes  # the stacked per-step values are seen ...
     assert not [s for s in shapes if s[-1] == 18]  # ... and no patches among them
