@@ -355,6 +355,16 @@ class Function:
                 STORE.repack(pack)
         return self._layout.args(STORE.values)
 
+    def _compiled_for(self, phase: int, args: tuple, feeds: list) -> Any:
+        """The executable for a call in ``phase`` on state ``args`` and ``feeds``: compiled by
+        the first call, or waited for when it is one of the planned sizes compiling ahead."""
+        compiled = self._compiled.get(phase)
+        if compiled is None:
+            return self._compile_first(phase, (*args, *feeds))
+        if (ahead := self._ahead) is not None and ahead.wait(feeds):
+            self._ahead = None  # (read into a local: readers run concurrently)
+        return compiled
+
     def __call__(self, inputs: Sequence[Any]) -> Any:
         """Runs the graph on ``inputs`` (one value per input tensor, in order).
 
@@ -386,12 +396,7 @@ class Function:
                 args = None if layout is None else layout.args(values)
                 if args is None:
                     args = self._state_args()
-                compiled = self._compiled.get(phase)
-                if compiled is None:
-                    compiled = self._compile_first(phase, (*args, *feeds))
-                elif (ahead := self._ahead) is not None and ahead.wait(feeds):
-                    self._ahead = None
-                results = compiled(*args, *feeds)
+                results = self._compiled_for(phase, args, feeds)(*args, *feeds)
                 self._layout.commit(values, results, n_out)
                 if n_out == 1:
                     outputs = [self._convert(results[0])]
@@ -406,11 +411,7 @@ class Function:
                     layout = self._layout
                     args = None if layout is None else layout.args(values)
                     if args is not None:
-                        compiled = self._compiled.get(phase)
-                        if compiled is None:
-                            compiled = self._compile_first(phase, (*args, *feeds))
-                        elif (ahead := self._ahead) is not None and ahead.wait(feeds):
-                            self._ahead = None  # (read into a local: readers run concurrently)
+                        compiled = self._compiled_for(phase, args, feeds)
                         results = compiled(*args, *feeds)  # a first call traces
                         outputs = list(map(self._convert, results))  # so look up _convert now
                         break
