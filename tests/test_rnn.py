@@ -675,14 +675,59 @@ def _scan_output_shapes(jaxpr):
     return shapes
 
 
-def test_a_convolving_loop_saves_no_patches_for_its_gradient():
-    # The forward loop stacks what the backward loop needs, per step; the im2col patches of
-    # _conv_rnn's 3x3 convolutions of 2 channels (9 * 2 = 18 wide) are recomputed instead.
-    f = _conv_rnn(False)
-    feed = np.ones((2, 5, 6, 6, 2), np.float32)
+def _stacked_shapes(f, feed):
+    """The shapes of everything the loops of compiled function ``f`` stack, fed ``feed``."""
     f.lower([feed])  # lays the state out
     args = f._layout.args(state.store().values)
     traced = jax.make_jaxpr(lambda *args: f._traced(0, *args))(args, None, [feed])
-    shapes = _scan_output_shapes(traced.jaxpr)
+    return _scan_output_shapes(traced.jaxpr)
+
+
+def test_a_convolving_loop_saves_no_patches_for_its_gradient():
+    # The forward loop stacks what the backward loop needs, per step; the im2col patches of
+    # _conv_rnn's 3x3 convolutions of 2 channels (9 * 2 = 18 wide) are recomputed instead.
+    shapes = _stacked_shapes(_conv_rnn(False), np.ones((2, 5, 6, 6, 2), np.float32))
     assert (5, 2, 6, 6, 2) in shapes  # the stacked per-step values are seen ...
     assert not [s for s in shapes if s[-1] == 18]  # ... and no patches among them
+
+
+@pytest.mark.parametrize("depth, saved", [(3, False), (64, False), (65, True)])
+def test_a_loop_gradient_stacks_only_deep_products(depth, saved):
+    # x_t @ kernel sums `depth` terms per element, 140 wide (a shape nothing else has): its
+    # output is stacked for the backward pass only when recomputing it would cost more
+    rng = np.random.default_rng(0)
+    kernel = K.variable(rng.normal(0, 0.1, (depth, 140)))
+    recurrent = K.variable(rng.normal(0, 0.1, (70, 70)))
+
+    def step(x_t, states):
+        projected = K.dot(x_t, kernel)
+        h = K.tanh(projected[:, :70] * projected[:, 70:] + K.dot(states[0], recurrent))
+        return h, [h]
+
+    x = K.placeholder((None, 4, depth))
+    _, outputs, _ = K.rnn(step, x, [K.zeros((2, 70))])
+    loss = K.sum(K.square(outputs))
+    f = K.function([x], [loss, *K.gradients(loss, [kernel, recurrent])])
+    feed = rng.normal(size=(2, 4, depth)).astype(np.float32)
+    shapes = _stacked_shapes(f, feed)
+    assert (4, 2, 70) in shapes  # the recurrent product (70 terms) is stacked
+    assert ((4, 2, 140) in shapes) is saved
+    # the gradients are right either way (float64 finite differences of the same loop)
+    k, r = K.get_value(kernel).astype(np.float64), K.get_value(recurrent).astype(np.float64)
+
+    def numpy_loss(k, r):
+        h, total = np.zeros((2, 70)), 0.0
+        for t in range(4):
+            p = feed[:, t].astype(np.float64) @ k
+            h = np.tanh(p[:, :70] * p[:, 70:] + h @ r)
+            total += np.sum(h**2)
+        return total
+
+    value, grad_k, grad_r = f([feed])
+    np.testing.assert_allclose(value, numpy_loss(k, r), rtol=1e-5)
+    np.testing.assert_allclose(
+        grad_k, numeric_grad(lambda v: numpy_loss(v, r), k), rtol=1e-3, atol=1e-4
+    )
+    np.testing.assert_allclose(
+        grad_r, numeric_grad(lambda v: numpy_loss(k, v), r), rtol=1e-3, atol=1e-4
+    )
