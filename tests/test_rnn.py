@@ -710,8 +710,8 @@ def test_a_loop_gradient_stacks_only_deep_products(depth, saved):
     f = K.function([x], [loss, *K.gradients(loss, [kernel, recurrent])])
     feed = rng.normal(size=(2, 4, depth)).astype(np.float32)
     shapes = _stacked_shapes(f, feed)
-    assert (4, 2, 70) in shapes  # the recurrent product (70 terms) is stacked
-    assert ((4, 2, 140) in shapes) is saved
+    assert (4, 2, 70) in shapes  # the stacked per-step values are seen (outputs, carries) ...
+    assert ((4, 2, 140) in shapes) is saved  # ... and the shallow product only when deep
     # the gradients are right either way (float64 finite differences of the same loop)
     k, r = K.get_value(kernel).astype(np.float64), K.get_value(recurrent).astype(np.float64)
 
