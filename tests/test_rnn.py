@@ -711,7 +711,7 @@ def test_a_loop_gradient_stacks_only_deep_products(depth, saved):
     feed = rng.normal(size=(2, 4, depth)).astype(np.float32)
     shapes = _stacked_shapes(f, feed)
     assert (4, 2, 70) in shapes  # the stacked per-step values are seen (outputs, carries) ...
-    assert ((4, 2, 140) in shapes) is saved  # ... and the shallow product only when deep
+    assert ((4, 2, 140) in shapes) is saved  # ... and x_t @ kernel only if deeper than 64
     # the gradients are right either way (float64 finite differences of the same loop)
     k, r = K.get_value(kernel).astype(np.float64), K.get_value(recurrent).astype(np.float64)
 
