@@ -110,8 +110,9 @@ def conv2d_rows(repeats: int, rng: np.random.Generator) -> list:
 
 
 def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
-    """conv1d and conv3d: is im2col worth it there? And few output filters (``'taps'``): from
-    more input channels (where ``'auto'`` picks it on CPU) and from fewer (where it does not)."""
+    """conv1d and conv3d: is im2col (or XLA's forward with im2col's gradients) worth it there?
+    And few output filters (``'taps'``): from more input channels (where ``'auto'`` picks it
+    on CPU) and from fewer (where it does not)."""
     cases = [
         ("conv1d 128x100x32->64 k3", K.conv1d, (BATCH, 100, 32), (3, 32, 64)),
         ("conv3d 8x16x16x16x8->16 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 16)),
@@ -124,7 +125,8 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
     rows = []
     for label, op, x_shape, k_shape in cases:
         args = (normal(rng, *x_shape), normal(rng, *k_shape, scale=0.1))
-        lowerings = ("lax", "im2col") if k_shape[-1] >= conv.FEW_FILTERS else conv.LOWERINGS
+        many = k_shape[-1] >= conv.FEW_FILTERS
+        lowerings = ("lax", "im2col", "lax_im2col") if many else conv.LOWERINGS
         fns = {low: functools.partial(op, padding="same", lowering=low) for low in lowerings}
         rows += compare(f"{label} same", fns, args, repeats, rng)
     return rows

@@ -4,9 +4,10 @@ connected layers live in ``pool.py`` and ``local_conv.py``; their names are re-e
 Kernels use the Keras layouts: ``(spatial..., in_channels, out_channels)``; depthwise
 ``(spatial..., in_channels, multiplier)``; transposed ``(spatial..., out_channels, in_channels)``.
 Both data formats go straight to ``lax.conv_general_dilated`` through its dimension numbers, so
-no data is transposed. Plain convolutions have two more lowerings, chosen per platform by
-:func:`conv_lowering`: im2col + matmul (patches by strided slicing, then one dot) and taps (one
-dot with every window offset's kernel, then a sum of shifted slices).
+no data is transposed. Plain convolutions have three more lowerings, chosen per platform by
+:func:`conv_lowering`: im2col + matmul (patches by strided slicing, then one dot), taps (one
+dot with every window offset's kernel, then a sum of shifted slices), and XLA's convolution
+differentiated as im2col (``'lax_im2col'``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
 from jaxkeras.checks import (
     PADDINGS,
@@ -63,7 +65,7 @@ __all__ = [
     "separable_conv2d",
 ]
 
-LOWERINGS = ("auto", "lax", "im2col", "taps")
+LOWERINGS = ("auto", "lax", "im2col", "taps", "lax_im2col")
 
 # ---------------------------------------------------------------------------------------------
 # lowerings (pure functions on arrays; pads are explicit (low, high) pairs)
@@ -115,20 +117,22 @@ def loop_conv_lowering(filters: int | None, in_channels: int | None) -> str:
     XLA:CPU runs its own convolution's gradients inside a compiled loop many times slower
     than outside, and fully unrolling the loop instead lets XLA fuse each step's elementwise
     work into later steps' (a ConvLSTM's cell state chain recomputed once per consumer), so
-    loops keep matmul lowerings: taps to fewer filters than input channels, im2col otherwise
-    (a ConvLSTM's 40 -> 40 recurrent convolutions: the training step 3.2 s CPU with im2col,
-    3.45 s with taps at the conv_lstm example's sizes; 1.95x im2col's time with taps since
-    ``rnn`` recomputes the patches in the gradient, batch 4 of 15 24x24 frames).
+    in loops the gradients are matmuls: taps to fewer filters than input channels, otherwise
+    XLA's convolution forward with im2col's gradients (``'lax_im2col'``), which writes no
+    patches in the forward pass. At the conv_lstm example's sizes (40 filters, 15 frames of
+    40x40, batch 10) its training step took 1.69 s on one core vs 1.79 s with ``'im2col'``
+    (medians of 16 steps in 4 interleaved rounds); taps took 1.95x im2col's time since
+    ``rnn`` recomputes the patches in the gradient (batch 4 of 15 24x24 frames).
 
     Args:
         filters: the number of output filters; ``None`` means many.
         in_channels: the number of input channels; ``None`` means many.
 
     Returns:
-        ``'im2col'`` or ``'taps'``.
+        ``'lax_im2col'`` or ``'taps'``.
     """
     fewer_filters = filters is not None and (in_channels is None or filters < in_channels)
-    return "taps" if fewer_filters else "im2col"
+    return "taps" if fewer_filters else "lax_im2col"
 
 
 def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):
@@ -215,7 +219,44 @@ def _taps_conv(x, kernel, strides, pads, dilation, data_format):
     return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
 
 
-_CONV_LOWERINGS = {"lax": _lax_conv, "im2col": _im2col_conv, "taps": _taps_conv}
+def _lax_im2col_conv(x, kernel, strides, pads, dilation, data_format):
+    """XLA's convolution, whose derivatives are those of im2col (see :func:`_lax_im2col`)."""
+    pads = tuple(tuple(p) for p in pads)
+    return _lax_im2col(x, kernel, tuple(strides), pads, tuple(dilation), data_format)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _lax_im2col(x, kernel, strides, pads, dilation, data_format):
+    """``lax.conv_general_dilated`` forward; its tangent is :func:`_im2col_conv`'s, so that
+    reverse mode gets im2col's gradients: matmuls of the cotangent with the kernel and with
+    the input's patches. XLA:CPU runs its own convolution forward without writing patches out
+    (at a ConvLSTM's 40 -> 160 channels, 10x40x40: 18 ms vs im2col's 43 ms on one core), but
+    its kernel gradient inside a compiled loop many times slower than a matmul's."""
+    return _lax_conv(x, kernel, strides, pads, dilation, data_format)
+
+
+def _lax_im2col_jvp(strides, pads, dilation, data_format, primals, tangents):
+    (x, kernel), (dx, dkernel) = primals, tangents
+    args = (strides, pads, dilation, data_format)
+    # the primal as a convolution in the trace, not a call of _lax_im2col: rnn's checkpoint
+    # policy sees it, and saves it rather than recomputing it in a loop's backward pass
+    y = _lax_conv(x, kernel, *args)
+    terms = []
+    if type(dx) is not SymbolicZero:
+        terms.append(_im2col_conv(dx, kernel, *args))
+    if type(dkernel) is not SymbolicZero:
+        terms.append(_im2col_conv(x, dkernel, *args))
+    return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
+
+
+_lax_im2col.defjvp(_lax_im2col_jvp, symbolic_zeros=True)
+
+_CONV_LOWERINGS = {
+    "lax": _lax_conv,
+    "im2col": _im2col_conv,
+    "taps": _taps_conv,
+    "lax_im2col": _lax_im2col_conv,
+}
 
 
 def _pads_for(x, kernel, strides, padding, dilation, data_format):
@@ -297,7 +338,7 @@ def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_forma
 
 # XLA:CPU runs these (and their gradients) inside a compiled loop several times slower than
 # unrolled: rnn unrolls short loops whose step runs one (see rnn._scan). Plain convolutions
-# choose a matmul lowering there instead (see loop_conv_lowering).
+# choose lowerings with matmul gradients there instead (see loop_conv_lowering).
 for _body in (_depthwise, _separable_conv.pure, _conv_transpose.pure):
     _body.slow_in_cpu_loops = True
 
@@ -507,9 +548,10 @@ def conv1d(
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 1-tuple.
         lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'``
-            (``lax.conv_general_dilated``), ``'im2col'`` (strided patches and one matmul) or
+            (``lax.conv_general_dilated``), ``'im2col'`` (strided patches and one matmul),
             ``'taps'`` (one matmul with every window offset's kernel, then a sum of shifted
-            slices: for few output channels).
+            slices: for few output channels) or ``'lax_im2col'`` (``'lax'`` forward,
+            differentiated as ``'im2col'``: matmul gradients).
 
     Returns:
         The output, ``(batch, new_steps, out_channels)`` or ``(batch, out_channels, new_steps)``.
@@ -554,7 +596,7 @@ def conv2d(
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 2-tuple.
         lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'``,
-            ``'im2col'`` or ``'taps'`` (as in :func:`conv1d`).
+            ``'im2col'``, ``'taps'`` or ``'lax_im2col'`` (as in :func:`conv1d`).
 
     Returns:
         The output, with ``out_channels`` channels in the same data format.
@@ -594,7 +636,7 @@ def conv3d(
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 3-tuple.
         lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'``,
-            ``'im2col'`` or ``'taps'`` (as in :func:`conv1d`).
+            ``'im2col'``, ``'taps'`` or ``'lax_im2col'`` (as in :func:`conv1d`).
 
     Returns:
         The output, with ``out_channels`` channels in the same data format.

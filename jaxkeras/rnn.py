@@ -260,15 +260,15 @@ _MAX_UNROLLED_STEPS = 64
 
 
 _SHALLOW_DEPTH = 64
-"""The deepest matrix product (terms summed per output element) whose output a compiled loop's
-gradient recomputes rather than stacks: at ``2 * depth`` flops an element, recomputing it
-costs less than writing, page-faulting and reading back the stacked copy."""
+"""The deepest matrix product or convolution (terms summed per output element) whose output a
+compiled loop's gradient recomputes rather than stacks: at ``2 * depth`` flops an element,
+recomputing it costs less than writing, page-faulting and reading back the stacked copy."""
 
 
 def _saving_dots(body: Callable) -> Callable:
     """``body`` for a compiled loop whose gradient saves, per step, only the outputs of deep
-    matrix products (more than :data:`_SHALLOW_DEPTH` terms per element) and of convolutions
-    (and the carry): everything else the backward pass needs is recomputed from them.
+    matrix products and convolutions (more than :data:`_SHALLOW_DEPTH` terms per element), and
+    the carry: everything else the backward pass needs is recomputed from them.
 
     Without it the loop stacks every step's intermediate values, among them the im2col patches
     of a ConvLSTM's convolutions (``k^2`` times their input's size: ~350 MB zero-initialised,
@@ -297,13 +297,18 @@ def _deep_products(prim: Any, *args: Any, **params: Any) -> bool:
         **params: its parameters.
 
     Returns:
-        Whether to save its output: for convolutions, and for matrix products that sum more
-        than :data:`_SHALLOW_DEPTH` terms per element.
+        Whether to save its output: for matrix products and convolutions that sum more than
+        :data:`_SHALLOW_DEPTH` terms per element (a convolution: its window's size times its
+        input channels per group).
     """
     if prim is lax.dot_general_p:
         (contracting, _), _ = params["dimension_numbers"]
         return math.prod(args[0].shape[d] for d in contracting) > _SHALLOW_DEPTH
-    return prim is lax.conv_general_dilated_p
+    if prim is lax.conv_general_dilated_p:
+        # the kernel's axes but its output features: (in features per group, spatial...)
+        in_and_window = params["dimension_numbers"].rhs_spec[1:]
+        return math.prod(args[1].shape[d] for d in in_and_window) > _SHALLOW_DEPTH
+    return False
 
 
 def _scan(body: Callable, carry: Any, xs: Any, steps: int, slow_in_cpu_loops: bool) -> Any:
@@ -312,7 +317,7 @@ def _scan(body: Callable, carry: Any, xs: Any, steps: int, slow_in_cpu_loops: bo
     loop is short; other platforms keep the loop.
 
     The loop's body is traced inside :func:`~jaxkeras.spatial.loop_body`, where plain
-    convolutions with ``lowering='auto'`` choose matmul lowerings on CPU (see
+    convolutions with ``lowering='auto'`` choose lowerings with matmul gradients on CPU (see
     ``conv.loop_conv_lowering``), so a ConvLSTM keeps its loop: unrolled, XLA fuses the cell
     state's chain into every later step's consumers (the conv_lstm example's training step:
     7.9 s CPU unrolled with XLA's convolutions vs 3.8 s kept as a loop with matmuls, 2.8 s

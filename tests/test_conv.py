@@ -62,7 +62,7 @@ def test_conv_matches_reference(n, data_format, padding, strides, dilation):
     )
 
 
-@pytest.mark.parametrize("lowering", ["lax", "im2col", "taps"])
+@pytest.mark.parametrize("lowering", ["lax", "im2col", "taps", "lax_im2col"])
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
 def test_each_lowering_matches_reference(lowering, n, data_format):
@@ -78,7 +78,7 @@ def test_each_lowering_matches_reference(lowering, n, data_format):
         np.testing.assert_allclose(np.asarray(got), want, **TOL)
 
 
-@pytest.mark.parametrize("lowering", ["im2col", "taps"])
+@pytest.mark.parametrize("lowering", ["im2col", "taps", "lax_im2col"])
 @pytest.mark.parametrize(("n", "data_format", "padding", "strides", "dilation"), CONV_CASES)
 def test_lowering_gradients_match_lax(lowering, n, data_format, padding, strides, dilation):
     # Both gradients (input and kernel) of each matmul lowering against lax's, same cotangent.
@@ -127,27 +127,69 @@ def test_conv_lowering_policy():
     assert choices == {"lax"}
 
 
+def test_lax_im2col_forward_mode_and_second_derivatives_match_lax():
+    # its own derivative rule: tangents in forward mode, and the derivative of a gradient
+    x, w = conv_inputs(2, "channels_first", c_in=3, c_out=4)
+    dx, dw = uniform(*x.shape), uniform(*w.shape)
+
+    def conv_with(lowering):
+        return lambda a, b: K.conv2d(
+            a, b, (2, 1), "same", "channels_first", (1, 2), lowering=lowering
+        )
+
+    def second(lowering):  # d/dw of <d/dx sum(conv^2), dx>
+        conv_ = conv_with(lowering)
+        grad_x = jax.grad(lambda a, b: K.sum(K.square(conv_(a, b))))
+        return jax.grad(lambda b: K.sum(grad_x(x, b) * dx))(w)
+
+    got = jax.jit(lambda: jax.jvp(conv_with("lax_im2col"), (x, w), (dx, dw)))()
+    want = jax.jit(lambda: jax.jvp(conv_with("lax"), (x, w), (dx, dw)))()
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(lambda: second("lax_im2col"))()),
+        np.asarray(jax.jit(lambda: second("lax"))()),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
 def test_loop_conv_lowering_policy():
-    assert conv.loop_conv_lowering(40, 1) == "im2col"  # narrow patches
+    assert conv.loop_conv_lowering(40, 1) == "lax_im2col"
     assert [conv.loop_conv_lowering(f, 40) for f in (1, 39, 40, 160)] == [
         "taps",
         "taps",
-        "im2col",
-        "im2col",
+        "lax_im2col",
+        "lax_im2col",
     ]
     assert conv.loop_conv_lowering(4, None) == "taps"
-    assert conv.loop_conv_lowering(None, 4) == "im2col"
+    assert conv.loop_conv_lowering(None, 4) == "lax_im2col"
 
 
-def test_auto_conv_in_a_loop_body_is_a_matmul_on_cpu():
+def _convolutions(text):
+    """The result types of the convolutions in StableHLO ``text``."""
+    lines = [line for line in text.splitlines() if "stablehlo.convolution" in line]
+    return [line.rsplit("-> ", 1)[-1].split()[0] for line in lines]
+
+
+def test_auto_conv_in_a_loop_body_has_matmul_gradients_on_cpu():
+    # in a loop body, 'auto' on CPU convolves forward only: the kernel's gradient is a matmul
+    # (XLA's would be a convolution giving a kernel-shaped result) and so is the input's
+    # (XLA's would convolve with the reversed kernel)
     x, w = conv_inputs(2, "channels_last", c_in=2, c_out=8)  # 'lax' outside a loop
+    loss = lambda a, b: K.sum(K.square(K.conv2d(a, b, padding="same")))  # noqa: E731
+    both = lambda a: jax.grad(loss, argnums=(0, 1))(a, w)  # noqa: E731
     with spatial.loop_body():
         assert spatial.in_loop_body()
-        text = lowered_for("cpu", lambda a: K.conv2d(a, w, padding="same"), x)
-        assert "convolution" in lowered_for("cuda", lambda a: K.conv2d(a, w, padding="same"), x)
+        text = lowered_for("cpu", both, x)
+        on_cuda = lowered_for("cuda", both, x)
     assert not spatial.in_loop_body()
-    assert "convolution" not in text and "dot_general" in text
-    assert "convolution" in lowered_for("cpu", lambda a: K.conv2d(a, w, padding="same"), x)
+    y_type = "tensor<{}x8xf32>".format("x".join(map(str, x.shape[:-1])))
+    assert _convolutions(text) == [y_type]  # the forward pass alone
+    assert "stablehlo.reverse" not in text and text.count("stablehlo.dot_general") == 2
+    assert len(_convolutions(on_cuda)) == 3  # XLA's own gradients elsewhere
+    outside = lowered_for("cpu", lambda a: jax.grad(loss, argnums=(0, 1))(a, w), x)
+    assert len(_convolutions(outside)) == 3  # ... and outside a loop
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -631,7 +631,12 @@ def test_a_convolving_step_keeps_its_loop_with_matmul_lowerings_on_cpu():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # sums run in another order
     hlo = scanned.lower([feed]).compile().as_text()
     assert "while" in hlo  # the loop is kept ...
-    assert "convolution" not in hlo  # ... and its convolutions (and their gradients) are dots
+    # ... and its convolutions' gradients are matmuls: XLA's kernel gradient would be a
+    # convolution with a kernel-shaped result, its input gradient one with the reversed kernel
+    text = scanned.lower([feed]).as_text()
+    convolutions = [line for line in text.splitlines() if "stablehlo.convolution" in line]
+    assert convolutions and not [c for c in convolutions if "-> tensor<3x3x2x2xf32>" in c]
+    assert "stablehlo.reverse" not in text
 
 
 def test_a_depthwise_convolving_step_is_unrolled_on_cpu():
@@ -689,6 +694,34 @@ def test_a_convolving_loop_saves_no_patches_for_its_gradient():
     shapes = _stacked_shapes(_conv_rnn(False), np.ones((2, 5, 6, 6, 2), np.float32))
     assert (5, 2, 6, 6, 2) in shapes  # the stacked per-step values are seen ...
     assert not [s for s in shapes if s[-1] == 18]  # ... and no patches among them
+
+
+@pytest.mark.parametrize("channels, saved", [(7, False), (8, True)])
+def test_a_loop_gradient_stacks_only_deep_convolutions(channels, saved):
+    # conv(x_t) sums 3 * 3 * channels terms per element (63 or 72), 10 wide (a shape nothing
+    # else has): stacked for the backward pass only when deeper than 64
+    rng = np.random.default_rng(0)
+    kernel = K.variable(rng.normal(0, 0.1, (3, 3, channels, 10)))
+    recurrent = K.variable(rng.normal(0, 0.1, (3, 3, 5, 5)))
+
+    def loop(unroll):
+        def step(x_t, states):
+            z = K.conv2d(x_t, kernel, padding="same")
+            h = K.tanh(z[..., :5] * z[..., 5:] + K.conv2d(states[0], recurrent, padding="same"))
+            return h, [h]
+
+        x = K.placeholder((None, 3, 6, 6, channels))
+        _, outputs, _ = K.rnn(step, x, [K.zeros((2, 6, 6, 5))], unroll=unroll)
+        loss = K.sum(K.square(outputs))
+        return K.function([x], [loss, *K.gradients(loss, [kernel, recurrent])])
+
+    feed = rng.normal(size=(2, 3, 6, 6, channels)).astype(np.float32)
+    shapes = _stacked_shapes(loop(False), feed)
+    assert (3, 2, 6, 6, 5) in shapes  # the stacked per-step values are seen ...
+    assert ((3, 2, 6, 6, 10) in shapes) is saved  # ... and conv(x_t) only if deeper than 64
+    # the same values as the unrolled loop (XLA's convolutions, nothing recomputed)
+    for a, b in zip(loop(False)([feed]), loop(True)([feed])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("depth, saved", [(3, False), (64, False), (65, True)])
