@@ -7,7 +7,7 @@ Both data formats go straight to ``lax.conv_general_dilated`` through its dimens
 no data is transposed. Plain convolutions have three more lowerings, chosen per platform by
 :func:`conv_lowering`: im2col + matmul (patches by strided slicing, then one dot), taps (one
 dot with every window offset's kernel, then a sum of shifted slices), and XLA's convolution
-differentiated as im2col (``'lax_im2col'``).
+with matmul gradients (``'lax_im2col'``).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def loop_conv_lowering(filters: int | None, in_channels: int | None) -> str:
     than outside, and fully unrolling the loop instead lets XLA fuse each step's elementwise
     work into later steps' (a ConvLSTM's cell state chain recomputed once per consumer), so
     in loops the gradients are matmuls: taps to fewer filters than input channels, otherwise
-    XLA's convolution forward with im2col's gradients (``'lax_im2col'``), which writes no
+    XLA's convolution forward with matmul gradients (``'lax_im2col'``), which writes no
     patches in the forward pass. At the conv_lstm example's sizes (40 filters, 15 frames of
     40x40, batch 10) its training step took 1.69 s on one core vs 1.79 s with ``'im2col'``
     (medians of 16 steps in 4 interleaved rounds); taps took 1.95x im2col's time since
@@ -186,6 +186,27 @@ def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
     return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
 
 
+def _offsets_conv(x, kernel, strides, pads, dilation, data_format):
+    """Convolution as a sum over the window's offsets of the input's strided slice at that
+    offset times the offset's ``(in, out)`` matrix: ``k^n`` matmuls and no patches. Its
+    gradient with respect to the kernel is one matmul per offset, of the input's slice and the
+    cotangent (see :func:`_lax_im2col`)."""
+    n = kernel.ndim - 2
+    axes = spatial_axes(n, data_format)
+    x = pad_spatial(x, axes, pads)
+    outs = [
+        output_size(x.shape[a], k, s, d, "valid")
+        for a, k, s, d in zip(axes, kernel.shape[:n], strides, dilation)
+    ]
+    slices = window_slices(x, axes, kernel.shape[:n], strides, dilation, outs)
+    matrices = kernel.reshape(-1, *kernel.shape[n:])
+    c_axis = channel_axis(n, data_format)
+    y = functools.reduce(
+        operator.add, (_contract_channels(s, m, c_axis) for s, m in zip(slices, matrices))
+    )
+    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
+
+
 def _taps_conv(x, kernel, strides, pads, dilation, data_format):
     """Convolution as one matmul, then a sum of shifted slices: every window offset's
     ``(in, out)`` matrix applies to every position at once (channels ordered (offset, out)),
@@ -220,18 +241,28 @@ def _taps_conv(x, kernel, strides, pads, dilation, data_format):
 
 
 def _lax_im2col_conv(x, kernel, strides, pads, dilation, data_format):
-    """XLA's convolution, whose derivatives are those of im2col (see :func:`_lax_im2col`)."""
+    """XLA's convolution with matmul derivatives (see :func:`_lax_im2col`)."""
     pads = tuple(tuple(p) for p in pads)
     return _lax_im2col(x, kernel, tuple(strides), pads, tuple(dilation), data_format)
 
 
+_PATCH_CHANNELS = 8
+"""The most input channels for which ``'lax_im2col'``'s kernel gradient multiplies the input's
+patches by the cotangent; with more, it multiplies each window offset's slice of the input by
+the cotangent instead (:func:`_offsets_conv`), writing no patches. Patches vs offset slices
+per step of a compiled loop on one core, 10x40x40 positions to 160 channels: 0.7 vs 1.8 ms
+from 1 input channel, 4.9 vs 4.7 ms from 8, 10.7 vs 9.2 ms from 16, 29.3 vs 26.4 ms from 40."""
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
 def _lax_im2col(x, kernel, strides, pads, dilation, data_format):
-    """``lax.conv_general_dilated`` forward; its tangent is :func:`_im2col_conv`'s, so that
-    reverse mode gets im2col's gradients: matmuls of the cotangent with the kernel and with
-    the input's patches. XLA:CPU runs its own convolution forward without writing patches out
-    (a ConvLSTM's 40 -> 160 channels at batch 10 of 40x40: 18 ms vs im2col's 43 ms on one
-    core), but runs its own kernel gradient many times slower inside a compiled loop."""
+    """``lax.conv_general_dilated`` forward; its tangent is a matmul lowering's, so that
+    reverse mode gets matmul gradients: the cotangent times the kernel for the input (then
+    col2im, as :func:`_im2col_conv`), and the input's patches or offset slices times the
+    cotangent for the kernel (see :data:`_PATCH_CHANNELS`). XLA:CPU runs its own convolution
+    forward without writing patches out (a ConvLSTM's 40 -> 160 channels at batch 10 of 40x40:
+    18 ms vs im2col's 43 ms on one core), but runs its own kernel gradient many times slower
+    inside a compiled loop."""
     return _lax_conv(x, kernel, strides, pads, dilation, data_format)
 
 
@@ -245,7 +276,9 @@ def _lax_im2col_jvp(strides, pads, dilation, data_format, primals, tangents):
     if type(dx) is not SymbolicZero:
         terms.append(_im2col_conv(dx, kernel, *args))
     if type(dkernel) is not SymbolicZero:
-        terms.append(_im2col_conv(x, dkernel, *args))
+        c_in = x.shape[channel_axis(kernel.ndim - 2, data_format)]
+        by_offsets = c_in > _PATCH_CHANNELS
+        terms.append((_offsets_conv if by_offsets else _im2col_conv)(x, dkernel, *args))
     return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
 
 
@@ -550,8 +583,8 @@ def conv1d(
         lowering: ``'auto'`` (per platform, see :func:`conv_lowering`), ``'lax'``
             (``lax.conv_general_dilated``), ``'im2col'`` (strided patches and one matmul),
             ``'taps'`` (one matmul with every window offset's kernel, then a sum of shifted
-            slices: for few output channels) or ``'lax_im2col'`` (``'lax'`` forward,
-            differentiated as ``'im2col'``: matmul gradients).
+            slices: for few output channels) or ``'lax_im2col'`` (``'lax'`` forward, matmul
+            gradients).
 
     Returns:
         The output, ``(batch, new_steps, out_channels)`` or ``(batch, out_channels, new_steps)``.

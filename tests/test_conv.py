@@ -127,31 +127,32 @@ def test_conv_lowering_policy():
     assert choices == {"lax"}
 
 
-def test_lax_im2col_forward_mode_and_second_derivatives_match_lax():
-    # its own derivative rule: tangents in forward mode, and the derivative of a gradient
-    x, w = conv_inputs(2, "channels_first", c_in=3, c_out=4)
+@pytest.mark.parametrize("c_in", [3, conv._PATCH_CHANNELS + 4])
+@pytest.mark.parametrize("n", [2, 3])
+def test_lax_im2col_derivatives_match_lax(c_in, n):
+    # its own derivative rule (the kernel's part by patches, or by offset slices from more
+    # channels): tangents in forward mode, gradients, and the derivative of a gradient
+    x, w = conv_inputs(n, "channels_first", c_in=c_in, c_out=4)
     dx, dw = uniform(*x.shape), uniform(*w.shape)
+    strides, dilation = (2,) + (1,) * (n - 1), (1,) * (n - 1) + (2,)
 
     def conv_with(lowering):
-        return lambda a, b: K.conv2d(
-            a, b, (2, 1), "same", "channels_first", (1, 2), lowering=lowering
+        return lambda a, b: CONV_OPS[n](
+            a, b, strides, "same", "channels_first", dilation, lowering=lowering
         )
 
-    def second(lowering):  # d/dw of <d/dx sum(conv^2), dx>
+    def derivatives(lowering):
         conv_ = conv_with(lowering)
-        grad_x = jax.grad(lambda a, b: K.sum(K.square(conv_(a, b))))
-        return jax.grad(lambda b: K.sum(grad_x(x, b) * dx))(w)
+        loss = lambda a, b: K.sum(K.square(conv_(a, b)))  # noqa: E731
+        grads = jax.grad(loss, argnums=(0, 1))(x, w)
+        # d/dw of <d/dx loss, dx>
+        second = jax.grad(lambda b: K.sum(jax.grad(loss)(x, b) * dx))(w)
+        return (*jax.jvp(conv_, (x, w), (dx, dw)), *grads, second)
 
-    got = jax.jit(lambda: jax.jvp(conv_with("lax_im2col"), (x, w), (dx, dw)))()
-    want = jax.jit(lambda: jax.jvp(conv_with("lax"), (x, w), (dx, dw)))()
+    got = jax.jit(lambda: derivatives("lax_im2col"))()
+    want = jax.jit(lambda: derivatives("lax"))()
     for a, b in zip(got, want):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(
-        np.asarray(jax.jit(lambda: second("lax_im2col"))()),
-        np.asarray(jax.jit(lambda: second("lax"))()),
-        rtol=1e-4,
-        atol=1e-4,
-    )
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
 
 def test_loop_conv_lowering_policy():
