@@ -4,9 +4,10 @@ Both sides build the same models with the same Keras API. The digits convnet and
 on scikit-learn's digits: the time per epoch after the first, and the time from building a
 model to the end of its first epoch (build + compile + 1 epoch) -- for jaxkeras in a process
 with an empty persistent compilation cache (cold) and in a second one that finds it filled
-(warm); these start-up figures are repeated (cold, warm and TF-Keras processes interleaved,
-the later rounds without the ConvLSTM model) and reported as median ratios. The conv_lstm
-example's model (ConvLSTM2D(40) + BatchNormalization + Conv3D) times ``train_on_batch``.
+(warm); these start-up figures are repeated (cold, warm and TF-Keras processes interleaved)
+and reported as median ratios. The conv_lstm example's model (ConvLSTM2D(40) +
+BatchNormalization + Conv3D) times ``train_on_batch`` in every round's processes: its step
+ratio pairs each round's jaxkeras steps with that round's TF-Keras steps.
 TF-Keras needs TensorFlow, whose Keras 3 dependency conflicts with Keras 2.3.1, so it runs in
 its own environment: ``make bench`` creates ``.venv-bench`` (the ``bench`` extra;
 ``$BENCH_TF_PYTHON`` names another interpreter with it). Run ``python
@@ -197,9 +198,9 @@ def main(quick: bool = False) -> list[Row]:
     home = os.environ.get("KERAS_HOME", str(ROOT / ".venv" / "kh"))
     ours = ROOT / ".venv" / "bin" / "python"
     theirs = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
-    rounds = []  # (cold, warm, TF-Keras) results, the first round with the ConvLSTM model
+    rounds = []  # (cold, warm, TF-Keras) results, the first round with every epoch
     for r in range(1 if quick else FIRST_EPOCH_ROUNDS):
-        args = ["--epochs", str(epochs if r == 0 else 1), "--steps", str(steps if r == 0 else 0)]
+        args = ["--epochs", str(epochs if r == 0 else 1), "--steps", str(steps)]
         args += ["--convlstm", *map(str, size)]
         with tempfile.TemporaryDirectory() as cache:
             env = {"KERAS_HOME": home, "JAXKERAS_COMPILATION_CACHE": cache}
@@ -218,10 +219,10 @@ def main(quick: bool = False) -> list[Row]:
         )
         if not all(tuned):
             raise RuntimeError("bench_keras2: a side failed (see above)")
-    cold, warm, theirs = rounds[0]
+    cold, _, theirs = rounds[0]
     rows = []
     for name in SHAPES:
-        a, w, b = cold[name], warm[name], theirs[name]
+        a, b = cold[name], theirs[name]
         firsts = [[side[name]["first_s"] for side in sides] for sides in rounds]
         note = f"TF-Keras 2.x; accuracy {a['accuracy']:.3f} vs {b['accuracy']:.3f}"
         rows.append(
@@ -251,10 +252,12 @@ def main(quick: bool = False) -> list[Row]:
                 "second process, persistent compilation cache on (the default) vs TF-Keras",
             )
         )
-    a, w, b = cold["convlstm"], warm["convlstm"], theirs["convlstm"]
-    # both jaxkeras processes' steps, each against TF-Keras's
-    ours_both = {key: a[key] + w[key] for key in ("steps_s", "steps_cpu_s", "steps_faults")}
-    theirs_twice = {key: b[key] * 2 for key in ours_both}
+    # each round: both jaxkeras processes' steps, each against that round's TF-Keras steps
+    keys = ("steps_s", "steps_cpu_s", "steps_faults")
+    ours_both = {
+        k: [v for c, w, _ in rounds for v in c["convlstm"][k] + w["convlstm"][k]] for k in keys
+    }
+    theirs_twice = {k: [v for _, _, t in rounds for v in t["convlstm"][k] * 2] for k in keys}
     label = "batch {}, {} frames of {}x{}".format(*size, size[-1])
     rows.append(
         ratio_row(
@@ -283,8 +286,8 @@ def main(quick: bool = False) -> list[Row]:
     rows.append(
         ratio_row(
             f"`ConvLSTM2D` model: first `train_on_batch` (compiles), {label}, cold / warm",
-            [a["first_s"], w["first_s"]],
-            [b["first_s"], b["first_s"]],
+            [side["convlstm"]["first_s"] for c, w, _ in rounds for side in (c, w)],
+            [t["convlstm"]["first_s"] for _, _, t in rounds for _ in range(2)],
             None,
             "empty, then filled persistent compilation cache vs TF-Keras",
         )
