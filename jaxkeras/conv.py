@@ -169,18 +169,24 @@ def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
     return lax.dot_general(x, matrix, (((c_axis,), (0,)), ((), ())))
 
 
-def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
-    """Convolution as one matmul: the window's strided slices are concatenated along the channel
-    axis (patches ordered (offset, channel), as ``kernel.reshape(-1, out)``) and contracted."""
+def _input_windows(x, kernel, strides, pads, dilation, data_format):
+    """The padded input's strided slice at each window offset (row-major over the window): at
+    output position ``o``, the elements the offset's kernel entry multiplies."""
     n = kernel.ndim - 2
     axes = spatial_axes(n, data_format)
-    c_axis = channel_axis(n, data_format)
     x = pad_spatial(x, axes, pads)
     outs = [
         output_size(x.shape[a], k, s, d, "valid")
         for a, k, s, d in zip(axes, kernel.shape[:n], strides, dilation)
     ]
-    slices = window_slices(x, axes, kernel.shape[:n], strides, dilation, outs)
+    return window_slices(x, axes, kernel.shape[:n], strides, dilation, outs)
+
+
+def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
+    """Convolution as one matmul: the window's strided slices are concatenated along the channel
+    axis (patches ordered (offset, channel), as ``kernel.reshape(-1, out)``) and contracted."""
+    c_axis = channel_axis(kernel.ndim - 2, data_format)
+    slices = _input_windows(x, kernel, strides, pads, dilation, data_format)
     patches = jnp.concatenate(slices, axis=c_axis) if len(slices) > 1 else slices[0]
     y = _contract_channels(patches, kernel.reshape(-1, kernel.shape[-1]), c_axis)
     return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
@@ -192,13 +198,7 @@ def _offsets_conv(x, kernel, strides, pads, dilation, data_format):
     gradient with respect to the kernel is one matmul per offset, of the input's slice and the
     cotangent (see :func:`_lax_im2col`)."""
     n = kernel.ndim - 2
-    axes = spatial_axes(n, data_format)
-    x = pad_spatial(x, axes, pads)
-    outs = [
-        output_size(x.shape[a], k, s, d, "valid")
-        for a, k, s, d in zip(axes, kernel.shape[:n], strides, dilation)
-    ]
-    slices = window_slices(x, axes, kernel.shape[:n], strides, dilation, outs)
+    slices = _input_windows(x, kernel, strides, pads, dilation, data_format)
     matrices = kernel.reshape(-1, *kernel.shape[n:])
     c_axis = channel_axis(n, data_format)
     y = functools.reduce(
