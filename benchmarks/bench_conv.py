@@ -110,7 +110,7 @@ def conv2d_rows(repeats: int, rng: np.random.Generator) -> list:
 
 
 def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
-    """conv1d and conv3d: is im2col (or XLA's forward with im2col's gradients) worth it there?
+    """conv1d and conv3d: is im2col (or XLA's forward with matmul gradients) worth it there?
     And few output filters (``'taps'``): from more input channels (where ``'auto'`` picks it
     on CPU) and from fewer (where it does not)."""
     cases = [
