@@ -276,8 +276,7 @@ def _lax_im2col_jvp(strides, pads, dilation, data_format, primals, tangents):
     if type(dx) is not SymbolicZero:
         terms.append(_im2col_conv(dx, kernel, *args))
     if type(dkernel) is not SymbolicZero:
-        c_in = x.shape[channel_axis(kernel.ndim - 2, data_format)]
-        by_offsets = c_in > _PATCH_CHANNELS
+        by_offsets = kernel.shape[-2] > _PATCH_CHANNELS  # input channels
         terms.append((_offsets_conv if by_offsets else _im2col_conv)(x, dkernel, *args))
     return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
 
