@@ -194,20 +194,39 @@ def test_compilation_cache_is_size_capped(tmp_path):
     assert int(out.stdout) == 2 * 2**30  # least recently used entries go beyond 2 GiB
 
 
-def test_cpu_compiles_use_the_classic_fusion_emitters_unless_xla_flags_say(monkeypatch):
+def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
+    import os
+
     import jax
 
-    from jaxkeras.config import CPU_FUSION_FLAG, compiler_options
+    from jaxkeras.config import CPU_FUSION_FLAG, CPU_LEVEL_FLAG, CPU_SPLIT_FLAG, compiler_options
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
-    expected = {CPU_FUSION_FLAG: False} if jax.default_backend() == "cpu" else None
-    assert compiler_options() == expected
-    monkeypatch.setenv("XLA_FLAGS", f"--{CPU_FUSION_FLAG}=true")
+    if jax.default_backend() != "cpu":
+        assert compiler_options() is None
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    split = min(32, cores)
+    assert compiler_options() == {CPU_FUSION_FLAG: False, CPU_LEVEL_FLAG: 1, CPU_SPLIT_FLAG: split}
+    monkeypatch.setenv("XLA_FLAGS", f"--{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=8")
+    assert compiler_options() == {CPU_LEVEL_FLAG: 1}
+    flags = f"--{CPU_LEVEL_FLAG}=3 --{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=32"
+    monkeypatch.setenv("XLA_FLAGS", flags)
     assert compiler_options() is None
 
 
-def test_the_classic_emitters_compute_the_same_bits():
-    # K.function (classic emitters on CPU) against jax.jit with XLA's defaults
+def test_the_split_count_follows_the_cores_the_process_may_use(monkeypatch):
+    from jaxkeras import config
+
+    monkeypatch.setattr(config, "_cores", lambda: 3)
+    assert config.cpu_options()[config.CPU_SPLIT_FLAG] == 3
+    monkeypatch.setattr(config, "_cores", lambda: 96)
+    assert config.cpu_options()[config.CPU_SPLIT_FLAG] == 32  # XLA's own default is the most
+
+
+def test_the_quick_compiler_options_compute_the_same_bits():
+    # K.function (classic emitters, optimization level 1 on CPU) against jax.jit with XLA's
+    # defaults
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -215,9 +234,19 @@ def test_the_classic_emitters_compute_the_same_bits():
     x_value = np.concatenate([np.linspace(-30, 30, 4001), np.geomspace(1e-20, 60, 4001)])
     x_value = x_value.astype(np.float32)
     x = K.placeholder((None,))
-    ours = K.function([x], [K.tanh(x), K.exp(x), K.log(K.abs(x) + 1e-30), K.sigmoid(x)])
+    ours = K.function(
+        [x],
+        [K.tanh(x), K.exp(x), K.log(K.abs(x) + 1e-30), K.sigmoid(x), K.softplus(x), x * 1.7 + 0.3],
+    )
     theirs = jax.jit(
-        lambda v: [jnp.tanh(v), jnp.exp(v), jnp.log(jnp.abs(v) + 1e-30), jax.nn.sigmoid(v)]
+        lambda v: [
+            jnp.tanh(v),
+            jnp.exp(v),
+            jnp.log(jnp.abs(v) + 1e-30),
+            jax.nn.sigmoid(v),
+            jax.nn.softplus(v),
+            v * 1.7 + 0.3,
+        ]
     )
     for a, b in zip(ours([x_value]), theirs(x_value)):
         np.testing.assert_array_equal(a, np.asarray(b))
