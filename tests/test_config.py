@@ -225,7 +225,7 @@ def test_the_split_count_follows_the_cores_the_process_may_use(monkeypatch):
 
 
 def test_the_quick_compiler_options_compute_the_same_bits():
-    # K.function (classic emitters, optimization level 1 on CPU) against jax.jit with XLA's
+    # K.function (compiled with config.compiler_options() on CPU) against jax.jit with XLA's
     # defaults
     import jax
     import jax.numpy as jnp
