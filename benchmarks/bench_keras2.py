@@ -35,9 +35,9 @@ EPOCHS = 6
 BATCH = 32
 CONVLSTM_FULL = (10, 15, 40)  # batch, frames, side: the conv_lstm example
 CONVLSTM_QUICK = (2, 15, 20)
-# glibc's malloc backs its large (mmap-ed) blocks with transparent huge pages: XLA:CPU allocates
-# a compiled call's temporaries afresh on every call, one fault per 2 MiB page instead of 4 KiB
-HUGE_PAGES = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+# jaxkeras with glibc's malloc as it is: a compiled call's temporaries mapped afresh on every
+# call (jaxkeras/cpu_memory.py)
+NO_REUSE = {"JAXKERAS_REUSE_CPU_MEMORY": "0"}
 FIRST_EPOCH_ROUNDS = 3  # processes of each kind for the start-up figures (1 with --quick)
 
 
@@ -210,14 +210,14 @@ def main(quick: bool = False) -> list[Row]:
         if not (cold and warm and tf):
             raise RuntimeError("bench_keras2: a side failed (see above)")
         rounds.append((cold, warm, tf))
-    tuned = None  # the ConvLSTM model again, both sides with huge pages
+    untuned = None  # the ConvLSTM model again, jaxkeras without memory reuse
     if not quick:
         args = ["--epochs", "1", "--steps", str(steps), "--convlstm", *map(str, size)]
-        tuned = (
-            _side_in_subprocess("jaxkeras", ours, args, {"KERAS_HOME": home, **HUGE_PAGES}),
-            _side_in_subprocess("tf_keras", theirs, args, HUGE_PAGES),
+        untuned = (
+            _side_in_subprocess("jaxkeras", ours, args, {"KERAS_HOME": home, **NO_REUSE}),
+            _side_in_subprocess("tf_keras", theirs, args, {}),
         )
-        if not all(tuned):
+        if not all(untuned):
             raise RuntimeError("bench_keras2: a side failed (see above)")
     cold, _, theirs = rounds[0]
     rows = []
@@ -270,17 +270,15 @@ def main(quick: bool = False) -> list[Row]:
             + ("" if size == CONVLSTM_FULL else "; reduced size (quick)"),
         )
     )
-    if tuned:
+    if untuned:
         rows.append(
             ratio_row(
-                "same, both sides started with `GLIBC_TUNABLES={}`".format(
-                    HUGE_PAGES["GLIBC_TUNABLES"]
-                ),
-                tuned[0]["convlstm"]["steps_cpu_s"],
-                tuned[1]["convlstm"]["steps_cpu_s"],
+                f"same, jaxkeras with `{_assignments(NO_REUSE)}`",
+                untuned[0]["convlstm"]["steps_cpu_s"],
+                untuned[1]["convlstm"]["steps_cpu_s"],
                 None,
-                "large allocations in transparent huge pages; CPU time "
-                + _step_note(*(side["convlstm"] for side in tuned)),
+                "glibc's malloc as it is: temporaries mapped afresh on every call; CPU time "
+                + _step_note(*(side["convlstm"] for side in untuned)),
             )
         )
     rows.append(
@@ -293,6 +291,11 @@ def main(quick: bool = False) -> list[Row]:
         )
     )
     return rows
+
+
+def _assignments(env: dict) -> str:
+    """``env`` as shell assignments: ``NAME=value ...``."""
+    return " ".join(f"{name}={value}" for name, value in env.items())
 
 
 def _step_note(ours: dict, theirs: dict) -> str:

@@ -6,6 +6,7 @@ as an external backend with ``KERAS_BACKEND=jaxkeras``.
 """
 
 from jaxkeras import config as _config
+from jaxkeras import cpu_memory as _cpu_memory
 from jaxkeras import (
     distribution,  # Keras 3's keras.distribution: K.distribution.DataParallel, not flat
     optimizers,  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
@@ -83,10 +84,12 @@ from jaxkeras.tensors import (
 )
 
 if _keras2.loaded_by_keras():
-    _keras2.install()  # Keras read keras.json itself; follow its settings
-    _config.enable_compilation_cache(_config.read_keras_json())
+    _settings = _config.read_keras_json()  # Keras applied them itself; follow its settings
+    _keras2.install()
 else:
-    _config.enable_compilation_cache(_config.load_keras_json())
+    _settings = _config.load_keras_json()
     _keras2.watch_for_keras()
+_cpu_memory.reuse_cpu_memory(_settings)
+_config.enable_compilation_cache(_settings)
 
 __version__ = "0.1.0"
