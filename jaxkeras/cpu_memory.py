@@ -3,22 +3,27 @@
 XLA:CPU allocates a compiled call's temporaries as one block with ``malloc`` when the call
 starts and frees it when the call ends. glibc's ``malloc`` serves a block over 32 MiB with a
 fresh ``mmap`` and unmaps it on ``free``, so every call touches all of its temporaries anew:
-one page fault per 4 KiB (the conv_lstm example's train step: 375 MB, 95,000 faults and a
-sixth of its CPU time per call).
+one page fault per 4 KiB (the conv_lstm example's train step: 375 MB, 95,000 faults per
+call).
 
 :func:`reuse_cpu_memory` tells glibc, before JAX starts its threads, to serve every block from
 one heap (``M_ARENA_MAX=1``: a worker thread's own arena would ``mmap`` the block anyway) and
 never to ``mmap`` one (``M_MMAP_MAX=0``), and to keep up to 2 GiB of freed memory at the top
 of that heap (``M_TRIM_THRESHOLD``). A block freed by one call is then reused by the next,
-without faults, as TensorFlow's allocator and JAX's GPU memory pool do. The price: the process
-keeps what it freed, and small blocks that settle inside a freed block make the next call take
-another, until the heap holds a few (the conv_lstm step's peak resident memory: 0.66 GB or
-1.03 GB, against 0.67 GB without reuse and 1.56 GB for TF-Keras); and all threads share one
-malloc lock.
+without faults, as TensorFlow's allocator and JAX's GPU memory pool do (the conv_lstm step:
+1.57 s of CPU time instead of 1.61 s, in ``make bench``).
 
-It applies only where it helps and can work: Linux with glibc, JAX running on CPU alone, and
-no JAX computation run yet in the process. ``"reuse_cpu_memory": false`` in keras.json or
-``JAXKERAS_REUSE_CPU_MEMORY=0`` turns it off (the environment wins).
+It is off unless asked for (``"reuse_cpu_memory": true`` in keras.json or
+``JAXKERAS_REUSE_CPU_MEMORY=1``; the environment wins), because all threads then share one
+malloc lock: two compilations side by side contend for it (Keras's digits convnet, build +
+compile + first epoch: 1.1 s instead of 0.86 s), and most models' temporaries stay under
+32 MiB, where malloc reuses them anyway. The process also keeps what it freed, and small
+blocks that settle inside a freed block make the next call take another, until the heap holds
+a few (the conv_lstm step's peak resident memory: 0.66 or 1.03 GB, against 0.67 GB without
+reuse and 1.56 GB for TF-Keras). It suits long CPU training of models with large temporaries.
+
+It applies only where it can work: Linux with glibc, JAX running on CPU alone, and no JAX
+computation run yet in the process.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from typing import Any
 import jax
 
 REUSE_ENV = "JAXKERAS_REUSE_CPU_MEMORY"
-"""Environment variable: ``0``/``off``/``false`` keeps glibc's malloc as it is."""
+"""Environment variable: ``1``/``on``/``true`` asks for memory reuse, ``0``/``off``/``false``
+keeps glibc's malloc as it is."""
 REUSE_KEY = "reuse_cpu_memory"
-"""keras.json key: ``false`` keeps glibc's malloc as it is."""
+"""keras.json key: ``true`` asks for memory reuse."""
 KEEP_BYTES = 2**31 - 1
 """How much freed memory glibc keeps at the top of its heap (``mallopt``'s largest value)."""
 
@@ -47,14 +53,14 @@ _state = {"reusing": False}
 
 
 def reuse_wanted(settings: dict[str, Any]) -> bool:
-    """Whether the user leaves memory reuse on: ``$JAXKERAS_REUSE_CPU_MEMORY`` wins, then
-    keras.json's ``"reuse_cpu_memory"``; it is on by default.
+    """Whether the user asks for memory reuse: ``$JAXKERAS_REUSE_CPU_MEMORY`` wins, then
+    keras.json's ``"reuse_cpu_memory"``; it is off by default.
 
     Args:
         settings: the keras.json settings.
 
     Returns:
-        ``True`` unless turned off.
+        ``True`` when asked for.
 
     Raises:
         ValueError: naming the variable or key and the value, when it is not a yes or a no.
@@ -65,7 +71,7 @@ def reuse_wanted(settings: dict[str, Any]) -> bool:
         if lowered not in _OFF + _ON:
             raise ValueError(f"jaxkeras: ${REUSE_ENV} must be one of {_ON + _OFF}, got {choice!r}")
         return lowered in _ON
-    value = settings.get(REUSE_KEY, True)
+    value = settings.get(REUSE_KEY, False)
     if not isinstance(value, bool):
         raise ValueError(
             f"jaxkeras: keras.json's {REUSE_KEY!r} must be true or false, got {value!r}"

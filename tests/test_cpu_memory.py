@@ -64,8 +64,8 @@ def test_a_calls_temporaries_fault_once_not_on_every_call(tmp_path):
 
 def test_the_environment_wins_over_keras_json(monkeypatch):
     monkeypatch.delenv(cpu_memory.REUSE_ENV, raising=False)
-    assert cpu_memory.reuse_wanted({})
-    assert not cpu_memory.reuse_wanted({cpu_memory.REUSE_KEY: False})
+    assert not cpu_memory.reuse_wanted({})  # opt-in
+    assert cpu_memory.reuse_wanted({cpu_memory.REUSE_KEY: True})
     monkeypatch.setenv(cpu_memory.REUSE_ENV, "off")
     assert not cpu_memory.reuse_wanted({cpu_memory.REUSE_KEY: True})
     monkeypatch.setenv(cpu_memory.REUSE_ENV, " Yes ")
@@ -118,5 +118,5 @@ def test_nothing_changes_once_jax_has_started(monkeypatch):
     monkeypatch.setattr(cpu_memory, "_state", {"reusing": False})
     monkeypatch.setattr(cpu_memory, "_mallopt", lambda: lambda *args: calls.append(args) or 1)
     monkeypatch.delenv(cpu_memory.REUSE_ENV, raising=False)
-    assert not cpu_memory.reuse_cpu_memory({})
+    assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
     assert calls == [] and not cpu_memory.reusing()
