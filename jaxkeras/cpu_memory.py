@@ -23,7 +23,7 @@ a few (the conv_lstm step's peak resident memory: 0.66 or 1.03 GB, against 0.67 
 reuse and 1.56 GB for TF-Keras). It suits long CPU training of models with large temporaries.
 
 It applies only where it can work: Linux with glibc, JAX running on CPU alone, and no JAX
-computation run yet in the process.
+computation run yet in the process; asked for elsewhere, it warns and does nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
+import warnings
 from typing import Any
 
 import jax
@@ -115,7 +116,8 @@ def _mallopt() -> Any:
 
 
 def reuse_cpu_memory(settings: dict[str, Any]) -> bool:
-    """Sets glibc's malloc to keep and reuse freed blocks, where it helps (see the module).
+    """Sets glibc's malloc to keep and reuse freed blocks, when asked for (see the module);
+    warns when asked for where it cannot work.
 
     Call it before JAX runs anything: ``import jaxkeras`` does.
 
@@ -128,7 +130,18 @@ def reuse_cpu_memory(settings: dict[str, Any]) -> bool:
     if _state["reusing"] or not reuse_wanted(settings):
         return _state["reusing"]
     mallopt = _mallopt()
-    if mallopt is None or _jax_started() or not runs_on_cpu_only():
+    reason = (
+        "it needs glibc's malloc (Linux)"
+        if mallopt is None
+        else "JAX has already run: import jaxkeras before any JAX computation"
+        if _jax_started()
+        else "JAX may run on an accelerator: set JAX_PLATFORMS=cpu to run on the CPU only"
+        if not runs_on_cpu_only()
+        else None
+    )
+    if reason is not None:
+        message = f"jaxkeras: {REUSE_KEY} was asked for but is not applied: {reason}"
+        warnings.warn(message, stacklevel=2)
         return False
     options = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, KEEP_BYTES))
     _state["reusing"] = all(mallopt(option, value) == 1 for option, value in options)

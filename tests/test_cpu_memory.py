@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import jax
 import pytest
@@ -118,5 +119,19 @@ def test_nothing_changes_once_jax_has_started(monkeypatch):
     monkeypatch.setattr(cpu_memory, "_state", {"reusing": False})
     monkeypatch.setattr(cpu_memory, "_mallopt", lambda: lambda *args: calls.append(args) or 1)
     monkeypatch.delenv(cpu_memory.REUSE_ENV, raising=False)
-    assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
+    with pytest.warns(UserWarning, match="import jaxkeras before any JAX computation"):
+        assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
     assert calls == [] and not cpu_memory.reusing()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not asked for: nothing to say
+        assert not cpu_memory.reuse_cpu_memory({})
+
+
+def test_asking_on_an_accelerator_says_how_to_run_on_the_cpu(platforms, monkeypatch):
+    monkeypatch.setattr(cpu_memory, "_state", {"reusing": False})
+    monkeypatch.setattr(cpu_memory, "_jax_started", lambda: False)
+    monkeypatch.setattr(cpu_memory, "_mallopt", lambda: lambda *args: 1)
+    platforms("cuda")
+    with pytest.warns(UserWarning, match="JAX_PLATFORMS=cpu"):
+        assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
+    assert not cpu_memory.reusing()
