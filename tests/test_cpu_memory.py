@@ -6,6 +6,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 import warnings
@@ -15,7 +16,7 @@ import pytest
 
 from jaxkeras import cpu_memory
 
-GLIBC = sys.platform.startswith("linux") and bool(os.confstr("CS_GNU_LIBC_VERSION"))
+GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 # A loop that carries 96 MiB: XLA:CPU keeps its buffers in the call's temporaries, one block
 # of 192 MiB, far over the 32 MiB above which glibc maps a block afresh from the OS.
