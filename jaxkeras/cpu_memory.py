@@ -115,6 +115,17 @@ def _mallopt() -> Any:
         return None
 
 
+def _obstacle(mallopt: Any) -> str | None:
+    """Why memory reuse cannot apply in this process, with what to do; ``None`` when it can."""
+    if mallopt is None:
+        return "it needs glibc's malloc (Linux)"
+    if _jax_started():
+        return "JAX has already run: import jaxkeras before any JAX computation"
+    if not runs_on_cpu_only():
+        return "JAX may run on an accelerator: set JAX_PLATFORMS=cpu to run on the CPU only"
+    return None
+
+
 def reuse_cpu_memory(settings: dict[str, Any]) -> bool:
     """Sets glibc's malloc to keep and reuse freed blocks, when asked for (see the module);
     warns when asked for where it cannot work.
@@ -130,15 +141,7 @@ def reuse_cpu_memory(settings: dict[str, Any]) -> bool:
     if _state["reusing"] or not reuse_wanted(settings):
         return _state["reusing"]
     mallopt = _mallopt()
-    reason = (
-        "it needs glibc's malloc (Linux)"
-        if mallopt is None
-        else "JAX has already run: import jaxkeras before any JAX computation"
-        if _jax_started()
-        else "JAX may run on an accelerator: set JAX_PLATFORMS=cpu to run on the CPU only"
-        if not runs_on_cpu_only()
-        else None
-    )
+    reason = _obstacle(mallopt)
     if reason is not None:
         message = f"jaxkeras: {REUSE_KEY} was asked for but is not applied: {reason}"
         warnings.warn(message, stacklevel=2)
