@@ -20,7 +20,7 @@ GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 # A loop that carries 96 MiB: XLA:CPU keeps its buffers in the call's temporaries, one block
 # of 192 MiB, far over the 32 MiB above which glibc maps a block afresh from the OS.
-_FAULTS_PER_CALL = """
+_FEWEST_FAULTS_OF_A_CALL = """
 import json, resource, sys
 import jax, jax.numpy as jnp
 import jaxkeras
@@ -46,7 +46,7 @@ def _fewest_faults_of_a_call(tmp_path, reuse: str) -> dict:
     env = dict(os.environ, KERAS_HOME=str(tmp_path), JAX_PLATFORMS="cpu")
     env[cpu_memory.REUSE_ENV] = reuse
     out = subprocess.run(
-        [sys.executable, "-c", _FAULTS_PER_CALL], env=env, capture_output=True, text=True
+        [sys.executable, "-c", _FEWEST_FAULTS_OF_A_CALL], env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
