@@ -6,8 +6,9 @@ time of the process, steadier than wall time on a shared machine):
 1. a tiny compiled function (a 4x4 dot and one update, NumPy in, NumPy out) against a
    ``jax.jit`` function that donates the state the same way and converts the same;
 2. eager ``K.sum(K.square(x) + 1)`` on a ``jax.Array`` against the same ``jax.numpy`` code,
-   and other common eager ops (``K.dot``, ``K.mean(axis=-1)``, ``K.relu``, ``K.concatenate``)
-   likewise, so that the figure is not one expression's;
+   and other common eager ops (``K.dot``, ``K.mean(axis=-1)``, ``K.relu``, ``K.concatenate``,
+   ``K.clip``, ``K.cast``, ``K.softmax``, ``K.categorical_crossentropy``) likewise, so that the
+   figure is not one expression's;
 3. a function with 10, 100 and 1,000 variables (each updated) against ``jax.jit`` on a list of
    as many donated arrays, and the cost per variable (the slope from 10 to 1,000);
 4. the same for a predict-like function that reads 10, 100 and 1,000 variables and updates none,
@@ -67,9 +68,12 @@ def _eager_pairs() -> list[tuple[str, Callable, Callable]]:
     """(figure, jaxkeras call, the same ``jax.numpy`` call) for common eager ops on 8x8 arrays.
 
     Each reference is the ``jax.numpy`` code the op runs (for ``K.relu``, its body: a select,
-    not ``jax.nn.relu``, whose custom derivative makes it slower than both)."""
+    not ``jax.nn.relu``, whose custom derivative makes it slower than both), called eagerly as
+    a user would: ops of several calls (clip, softmax, crossentropy) run compiled as one."""
     rng = np.random.default_rng(0)
     x, y = (jnp.asarray(rng.normal(size=(8, 8)), jnp.float32) for _ in range(2))
+    p = jnp.asarray(rng.uniform(0.1, 1.0, size=(8, 8)), jnp.float32)
+    t = jax.nn.one_hot(jnp.arange(8) % 3, 8)
     pairs = [
         (
             "`K.sum(K.square(x) + 1)`",
@@ -83,6 +87,16 @@ def _eager_pairs() -> list[tuple[str, Callable, Callable]]:
             "`K.concatenate([x, y])`",
             lambda: K.concatenate([x, y]),
             lambda: jnp.concatenate([x, y], axis=-1),
+        ),
+        ("`K.clip(x, -0.5, 0.5)`", lambda: K.clip(x, -0.5, 0.5), lambda: jnp.clip(x, -0.5, 0.5)),
+        ("`K.cast(x, 'float16')`", lambda: K.cast(x, "float16"), lambda: x.astype(jnp.float16)),
+        ("`K.softmax(x)`", lambda: K.softmax(x), lambda: jax.nn.softmax(x, axis=-1)),
+        (
+            "`K.categorical_crossentropy(t, p)`",
+            lambda: K.categorical_crossentropy(t, p),
+            lambda: (
+                -jnp.sum(t * jnp.log(jnp.clip(p / p.sum(-1, keepdims=True), 1e-7, 1 - 1e-7)), -1)
+            ),
         ),
     ]
     for _, ours, theirs in pairs:

@@ -70,7 +70,8 @@ def _first_spatial_axis(data_format: str) -> int:
 
 def _float_array(x: Any) -> jax.Array:
     """``x`` as an array; non-float values become the default float type."""
-    x = jnp.asarray(x)
+    if not isinstance(x, jax.Array):  # (asarray costs µs even on an array)
+        x = jnp.asarray(x)
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(float)
 
 
@@ -92,7 +93,7 @@ def elu(x: Any, alpha: float = 1.0) -> Any:
     return _elu(x, check_float("elu", "alpha", alpha))
 
 
-@op(name="relu", elementwise=True)
+@op(name="relu", elementwise=True, jit=("alpha",))
 def _relu(x: Any, alpha: float, max_value: float | None, threshold: float) -> Any:
     x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # asarray costs µs even on arrays
     out = jnp.where(x > threshold, x, 0)
@@ -131,7 +132,7 @@ def relu(x: Any, alpha: float = 0.0, max_value: float | None = None, threshold: 
     return _relu(x, alpha, max_value, threshold)
 
 
-@op(elementwise=True)
+@op(elementwise=True, jit=())
 def hard_sigmoid(x: Any) -> Any:
     """Piecewise-linear approximation of the sigmoid: ``clip(0.2 * x + 0.5, 0, 1)``.
 
@@ -175,7 +176,7 @@ def _shaped_like_x(x: Any, *_: Any, **__: Any) -> tuple[tuple, str] | None:
     return (x._shape, x._dtype) if _dense_float(x) else None
 
 
-@op(name="softmax", shape_rule=_shaped_like_x)
+@op(name="softmax", shape_rule=_shaped_like_x, jit=("axis",))
 def _softmax(x: Any, axis: int) -> Any:
     return jax.nn.softmax(_float_array(x), axis=axis)
 
@@ -206,7 +207,7 @@ def softplus(x: Any) -> Any:
     return jax.nn.softplus(_float_array(x))
 
 
-@op(elementwise=True)
+@op(elementwise=True, jit=())
 def softsign(x: Any) -> Any:
     """Element-wise softsign ``x / (1 + |x|)``.
 
@@ -241,7 +242,7 @@ def _clip_probabilities(p: jax.Array, eps: float) -> jax.Array:
     return jnp.clip(p, eps, 1.0 - eps)
 
 
-@op(name="binary_crossentropy")
+@op(name="binary_crossentropy", jit=("from_logits", "eps"))
 def _binary_crossentropy(target: Any, output: Any, from_logits: bool, eps: float) -> Any:
     output = _float_array(output)
     dtype, output = output.dtype, widened(output)
@@ -293,7 +294,11 @@ def _crossentropy_shape(
     return tuple(shape), output._dtype
 
 
-@op(name="categorical_crossentropy", shape_rule=_crossentropy_shape)
+@op(
+    name="categorical_crossentropy",
+    shape_rule=_crossentropy_shape,
+    jit=("from_logits", "axis", "eps"),
+)
 def _categorical_crossentropy(
     target: Any, output: Any, from_logits: bool, axis: int, eps: float
 ) -> Any:
@@ -359,7 +364,11 @@ def _sparse_crossentropy_rule(
     return shape[:axis] + shape[axis + 1 :], float_dtype
 
 
-@op(name="sparse_categorical_crossentropy", shape_rule=_sparse_crossentropy_rule)
+@op(
+    name="sparse_categorical_crossentropy",
+    shape_rule=_sparse_crossentropy_rule,
+    jit=("from_logits", "axis", "eps"),
+)
 def _sparse_categorical_crossentropy(
     target: Any, output: Any, from_logits: bool, axis: int, eps: float
 ) -> Any:
@@ -499,7 +508,7 @@ def _bias_add_shape(x: Any, bias: Any, channel_axis: int) -> tuple[tuple, str] |
     return (x._shape, x._dtype) if channels is not None and channels == bias_shape[0] else None
 
 
-@op(name="bias_add", shape_rule=_bias_add_shape)
+@op(name="bias_add", shape_rule=_bias_add_shape, jit=("channel_axis",))
 def _bias_add(x: Any, bias: Any, channel_axis: int) -> Any:
     x, bias = jnp.asarray(x), jnp.asarray(bias)
     if bias.ndim == 1:

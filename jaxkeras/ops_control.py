@@ -26,7 +26,7 @@ __all__ = ["identity", "print_tensor", "py_all", "py_sum", "switch"]
 _PYTHON_SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
 
 
-@op(name="switch")
+@op(name="switch", jit=())
 def _switch(condition: Any, then_value: Any, else_value: Any) -> Any:
     condition = jnp.asarray(condition).astype(bool)
     rank = builtins.max(jnp.ndim(then_value), jnp.ndim(else_value))

@@ -64,7 +64,7 @@ def dot(x: TensorLike, y: TensorLike) -> TensorLike:
     return _dot(x, y)
 
 
-@op(name="batch_dot")
+@op(name="batch_dot", jit=("axes", "pad"))
 def _batch_dot(x: Any, y: Any, axes: tuple[int, int], pad: bool) -> Any:
     dtype = jnp.result_type(x, y)
     dims = (((axes[0],), (axes[1],)), ((0,), (0,)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -13,7 +14,7 @@ from jaxkeras.checks import (
     check_numeric,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import Symbolic, is_bcoo, op
+from jaxkeras.graph import ARRAY_TYPE, Symbolic, is_bcoo, op
 from jaxkeras.ops_common import (
     TensorLike,
 )
@@ -291,7 +292,7 @@ def less_equal(x: TensorLike, y: TensorLike) -> TensorLike:
     return jnp.less_equal(x, y)
 
 
-@op(name="clip", elementwise=True)
+@op(name="clip", elementwise=True, jit=())
 def _clip(x: Any, min_value: Any, max_value: Any) -> Any:
     x = jnp.asarray(x)
     if min_value is not None:
@@ -327,11 +328,24 @@ def clip(x: TensorLike, min_value: TensorLike, max_value: TensorLike) -> TensorL
     return _clip(x, min_value, max_value)
 
 
-@op(name="cast", elementwise=True)
-def _cast(x: Any, dtype: str) -> Any:
+def _cast_body(x: Any, dtype: str) -> Any:
     if _host_castable(x, dtype):
         return jax.device_put(np.asarray(x).astype(dtype))
     return jnp.asarray(x).astype(dtype)
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _converted(x: jax.Array, dtype: str) -> jax.Array:
+    return x.astype(dtype)
+
+
+def _cast_now(x: Any, dtype: str) -> Any:
+    """:func:`_cast_body` on concrete values: an array's conversion as one compiled call (JAX's
+    own dispatch of a primitive costs several times as much)."""
+    return _converted(x, dtype) if type(x) is ARRAY_TYPE else _cast_body(x, dtype)
+
+
+_cast = op(_cast_body, name="cast", elementwise=True, eager=_cast_now)
 
 
 def _host_castable(x: Any, dtype: str) -> bool:

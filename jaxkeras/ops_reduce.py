@@ -64,9 +64,9 @@ _max = op(jnp.max, name="max")
 _min = op(jnp.min, name="min")
 _var = op(jnp.var, name="var")
 _std = op(jnp.std, name="std")
-_all = op(_logical(jnp.all), name="all")
-_any = op(_logical(jnp.any), name="any")
-_logsumexp = op(jax.nn.logsumexp, name="logsumexp")
+_all = op(_logical(jnp.all), name="all", jit=("axis", "keepdims"))
+_any = op(_logical(jnp.any), name="any", jit=("axis", "keepdims"))
+_logsumexp = op(jax.nn.logsumexp, name="logsumexp", jit=("axis", "keepdims"))
 
 
 _pack = op(lambda values: jnp.asarray(values), name="pack")
@@ -309,7 +309,7 @@ def cumprod(x: TensorLike, axis: int = 0) -> TensorLike:
     return _cumprod(x, check_axis_of("cumprod", "axis", x, axis))
 
 
-@op(name="l2_normalize")
+@op(name="l2_normalize", jit=("axis",))
 def _l2_normalize(x: Any, axis: tuple | None) -> Any:
     x = jnp.asarray(x)
     wide = widened(x)  # in 16 bits, 1e4**2 overflows and 1e-12 flushes to zero
@@ -332,7 +332,7 @@ def l2_normalize(x: TensorLike, axis: Axes = None) -> TensorLike:
     return _l2_normalize(x, check_axes_of("l2_normalize", "axis", x, axis))
 
 
-@op(name="in_top_k")
+@op(name="in_top_k", jit=("k",))
 def _in_top_k(predictions: Any, targets: Any, k: int) -> Any:
     num_classes = predictions.shape[-1]
     valid = (targets >= 0) & (targets < num_classes)

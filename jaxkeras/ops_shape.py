@@ -301,7 +301,7 @@ def tile(x: TensorLike, n: Any) -> TensorLike:
     return _tile(x, check_shape_arg("tile", "n", n))
 
 
-@op(name="repeat")
+@op(name="repeat", jit=("n",))
 def _repeat(x: Any, n: int) -> Any:
     return jnp.repeat(x[:, None, :], n, axis=1)
 
@@ -324,7 +324,7 @@ def repeat(x: TensorLike, n: int) -> TensorLike:
     return _repeat(x, check_int("repeat", "n", n))
 
 
-@op(name="repeat_elements")
+@op(name="repeat_elements", jit=("rep", "axis"))
 def _repeat_elements(x: Any, rep: int, axis: int) -> Any:
     return jnp.repeat(x, rep, axis=axis)
 

@@ -200,3 +200,124 @@ def test_dot_concatenate_and_relu_check_and_compute_as_numpy():
 def test_an_eager_shortcut_is_refused_for_random_ops():
     with pytest.raises(ValueError, match=r"op: eager=<.*> cannot be given for a random op"):
         K.op(lambda shape, seed=None, key=None: None, random=True, eager=jnp.zeros)
+
+
+X32 = X.astype(np.float32)
+
+
+def test_a_compiled_body_is_traced_once_per_static_value_and_runs_as_numpy():
+    traces = []
+
+    def body(x, bound, axis):
+        traces.append(axis)
+        return jnp.sum(jnp.minimum(x, bound), axis=axis)
+
+    clipped_sum = K.op(body, name="clipped_sum", jit=("axis",))
+    value = jnp.asarray(X32)
+    for bound in (0.5, 1.0, 1.5):  # new values of a traced argument: no new trace
+        np.testing.assert_allclose(
+            clipped_sum(value, bound, 1), np.minimum(X32, bound).sum(1), rtol=1e-6
+        )
+    assert traces == [1]
+    np.testing.assert_allclose(clipped_sum(value, 0.5, 0), np.minimum(X32, 0.5).sum(0), rtol=1e-6)
+    assert traces == [1, 0]  # a new static value: one more
+    assert clipped_sum.concrete._cache_size() == 2
+    recorded = clipped_sum(K.variable(X32), 0.5, 0)  # the graph runs the plain body
+    np.testing.assert_allclose(K.eval(recorded), np.minimum(X32, 0.5).sum(0), rtol=1e-6)
+
+
+def test_a_compiled_body_is_refused_with_an_eager_shortcut_or_for_random_ops():
+    with pytest.raises(ValueError, match=r"op: jit=\('axis',\) cannot be given with eager="):
+        K.op(jnp.sum, jit=("axis",), eager=jnp.sum)
+    with pytest.raises(ValueError, match=r"op: jit=\(\) cannot be given"):
+        K.op(lambda shape, seed=None, key=None: None, random=True, jit=())
+
+
+P = RNG.uniform(0.05, 1.0, size=(3, 4)).astype(np.float32)  # probabilities, rows not normalized
+T = np.eye(4, dtype=np.float32)[[2, 0, 3]]
+LABELS = np.array([2, 0, 3])
+EPS = 1e-7
+
+
+def _clipped(p):
+    return np.clip(p.astype(np.float64), EPS, 1 - EPS)
+
+
+def _relu_reference(v, alpha, max_value, threshold):
+    kept = np.where(v > threshold, v, alpha * (v - threshold))
+    return np.where(v >= max_value, max_value, kept)
+
+
+# (K call on wrapped arrays, NumPy reference): ops whose concrete calls run one compiled body
+COMPILED_EAGER = {
+    "clip": (lambda w: K.clip(w(X32), -0.7, 0.9), lambda: np.clip(X32, -0.7, 0.9)),
+    "clip_other_bounds": (lambda w: K.clip(w(X32), 0.1, 1.3), lambda: np.clip(X32, 0.1, 1.3)),
+    "bias_add": (lambda w: K.bias_add(w(X32), w(P[0])), lambda: X32 + P[0]),
+    "batch_dot": (lambda w: K.batch_dot(w(X32), w(P), axes=1), lambda: (X32 * P).sum(1)[:, None]),
+    "switch": (lambda w: K.switch(w(X32 > 0), w(X32), w(P)), lambda: np.where(X32 > 0, X32, P)),
+    "l2_normalize": (
+        lambda w: K.l2_normalize(w(X32), axis=1),
+        lambda: (
+            X32 / np.sqrt(np.maximum((X32.astype(np.float64) ** 2).sum(1, keepdims=True), 1e-12))
+        ),
+    ),
+    "relu": (
+        lambda w: K.relu(w(X32), alpha=0.1, max_value=1.5, threshold=0.2),
+        lambda: _relu_reference(X32, 0.1, 1.5, 0.2),
+    ),
+    "softmax": (lambda w: K.softmax(w(X32), axis=0), lambda: scipy.special.softmax(X32, axis=0)),
+    "hard_sigmoid": (lambda w: K.hard_sigmoid(w(X32)), lambda: np.clip(0.2 * X32 + 0.5, 0, 1)),
+    "softsign": (lambda w: K.softsign(w(X32)), lambda: X32 / (1 + np.abs(X32))),
+    "binary_crossentropy": (
+        lambda w: K.binary_crossentropy(w(T), w(P)),
+        lambda: -(T * np.log(_clipped(P) + EPS) + (1 - T) * np.log(_clipped(1 - P) + EPS)),
+    ),
+    "categorical_crossentropy": (
+        lambda w: K.categorical_crossentropy(w(T), w(P)),
+        lambda: -(T * np.log(_clipped(P / P.sum(1, keepdims=True)))).sum(1),
+    ),
+    "sparse_categorical_crossentropy": (
+        lambda w: K.sparse_categorical_crossentropy(w(LABELS), w(P)),
+        lambda: -np.log(_clipped(P)[np.arange(3), LABELS] / _clipped(P).sum(1)),
+    ),
+    "in_top_k": (
+        lambda w: K.in_top_k(w(P), w(LABELS), 2),
+        lambda: (P > P[np.arange(3), LABELS][:, None]).sum(1) < 2,
+    ),
+    "repeat": (lambda w: K.repeat(w(X32), 3), lambda: np.repeat(X32[:, None], 3, axis=1)),
+    "repeat_elements": (lambda w: K.repeat_elements(w(X32), 2, 0), lambda: np.repeat(X32, 2, 0)),
+    "cast": (lambda w: K.cast(w(X32), "float16"), lambda: X32.astype(np.float16)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPILED_EAGER))
+def test_compiled_eager_ops_agree_with_numpy_and_with_their_recorded_graphs(name):
+    call, reference = COMPILED_EAGER[name]
+    eager = call(jnp.asarray)
+    recorded = call(lambda v: K.variable(v, dtype=str(v.dtype)))
+    assert isinstance(eager, jax.Array) and isinstance(recorded, graph.Node)
+    expected = reference()
+    assert eager.dtype == K.eval(recorded).dtype
+    np.testing.assert_allclose(eager, expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(K.eval(recorded), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_eager_clip_reuses_its_compiled_body_for_new_bounds_and_keeps_the_dtype_of_x():
+    from jaxkeras import ops_math
+
+    ints = jnp.arange(6)
+    before = ops_math._clip.concrete._cache_size()
+    np.testing.assert_array_equal(K.clip(ints, 1.5, 3.2), np.clip(np.arange(6), 1, 3))
+    np.testing.assert_array_equal(K.clip(ints, 2.5, 4.7), np.clip(np.arange(6), 2, 4))
+    assert K.clip(ints, 1.5, 3.2).dtype == ints.dtype
+    assert ops_math._clip.concrete._cache_size() == before + 1
+
+
+def test_eager_cast_of_arrays_compiles_and_of_large_python_numbers_stays_on_the_host():
+    np.testing.assert_array_equal(K.cast(jnp.asarray(X32), "int32"), X32.astype(np.int32))
+    assert K.cast(jnp.asarray(X32), "bool").dtype == np.bool_
+    big = K.cast(2**40, "float32")  # beyond int32: cast by NumPy, not traced
+    assert big.dtype == np.float32 and float(big) == 2.0**40
+    assert graph.standardize_dtype("float64") == (
+        "float64" if jax.config.jax_enable_x64 else "float32"
+    )

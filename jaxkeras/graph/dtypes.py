@@ -25,11 +25,12 @@ def standardize_dtype(dtype: Any, arg: str = "dtype") -> str:
     Raises:
         TypeError: naming ``arg`` and the value when it is not a dtype.
     """
-    if isinstance(dtype, np.dtype):
-        name = _NAMES.get(dtype)
+    key = dtype if isinstance(dtype, (np.dtype, str)) else None
+    if key is not None:
+        name = _NAMES.get(key)
         if name is not None:
             return name
-    elif isinstance(dtype, str):
+    if isinstance(dtype, str):
         dtype = ALIASES.get(dtype, dtype)
     if not isinstance(dtype, np.dtype):
         try:
@@ -39,13 +40,16 @@ def standardize_dtype(dtype: Any, arg: str = "dtype") -> str:
     name = jax.dtypes.canonicalize_dtype(dtype).name
     if name not in _WIDE and dtype.name == name:  # the same with or without 64-bit mode
         _NAMES[dtype] = name
+        if key is not None:
+            _NAMES[key] = name
     return name
 
 
 _WIDE = frozenset({"float64", "int64", "uint64", "complex128"})
 _NAMES: dict = {}
-"""Dtype -> its name, for the dtypes 64-bit mode leaves alone: NumPy computes ``name`` anew on
-each access (~2 µs), and JAX's canonicalization costs a little more."""
+"""Dtype or name given -> the dtype's name, for the dtypes 64-bit mode leaves alone: NumPy
+computes ``name`` anew on each access (~2 µs), and parsing a name and JAX's canonicalization
+cost more."""
 
 
 def dtype_of(x: Any) -> str:

@@ -502,6 +502,7 @@ def op(
     shape_rule: ShapeRule | None = None,
     elementwise: bool = False,
     eager: Callable | None = None,
+    jit: tuple[str, ...] | None = None,
     splits: SplitRule | None = None,
 ) -> Callable:
     """Makes a pure ``jax.numpy`` function a jaxkeras op (the one op decorator).
@@ -533,13 +534,20 @@ def op(
         eager: what to call instead of ``fn`` on plainly concrete arguments, where it computes
             the same with fewer Python frames (the ``jax.numpy`` function ``fn`` only calls);
             not for random ops.
+        jit: for a body of several ``jax.numpy`` calls, the names of its static arguments
+            (axes, flags, settings; hashable): on plainly concrete arguments the body then runs
+            as one compiled computation (``jax.jit``) instead of dispatching one per call it
+            makes. Its other arguments are traced, so new values of them (a clipping bound,
+            a number) reuse the compiled body. Not with ``eager``, nor for random ops.
 
     Returns:
-        The wrapped op; ``op.pure`` is the body.
+        The wrapped op; ``op.pure`` is the body, ``op.concrete`` what runs on plainly
+        concrete arguments (``None`` for a random op).
 
     Raises:
-        ValueError: for ``eager`` with ``random=True`` (a random op always records its key), or
-            ``shape_rule`` with ``elementwise=True``.
+        ValueError: for ``eager`` with ``random=True`` (a random op always records its key),
+            ``jit`` with ``eager`` or ``random=True``, or ``shape_rule`` with
+            ``elementwise=True``.
 
     Example:
         >>> double = K.op(lambda x: x * 2, name="double")
@@ -550,6 +558,8 @@ def op(
     """
     if random and eager is not None:
         raise ValueError(f"op: eager={eager!r} cannot be given for a random op (random=True)")
+    if jit is not None and (random or eager is not None):
+        raise ValueError(f"op: jit={jit!r} cannot be given with eager= or for a random op")
     if elementwise and shape_rule is not None:
         raise ValueError(f"op: shape_rule={shape_rule!r} cannot be given with elementwise=True")
     if fn is None:
@@ -560,6 +570,7 @@ def op(
             shape_rule=shape_rule,
             elementwise=elementwise,
             eager=eager,
+            jit=jit,
             splits=splits,
         )
     if splits is not None:
@@ -577,7 +588,10 @@ def op(
             return record(fn, args, kwargs, seed=seed, name=label, shape_rule=shape_rule)
 
     else:
-        run = fn if eager is None else eager
+        if jit is not None:
+            run = jax.jit(fn, static_argnames=jit)
+        else:
+            run = fn if eager is None else eager
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -605,6 +619,7 @@ def op(
             return record(fn, args, kwargs, name=label, shape_rule=shape_rule)
 
     wrapper.pure = fn
+    wrapper.concrete = None if random else run
     wrapper.op_name = label
     return wrapper
 
