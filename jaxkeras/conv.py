@@ -302,7 +302,11 @@ def _conv_splits(x, kernel, strides, padding, dilation, data_format, lowering):
     return 1, -1, (1 if data_format == "channels_first" else -1)
 
 
-@op(name="conv", splits=_conv_splits)
+@op(
+    name="conv",
+    splits=_conv_splits,
+    jit=("strides", "padding", "dilation", "data_format", "lowering"),
+)
 def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     x, kernel = common_dtype(x, kernel)
     pads = _pads_for(x, kernel, strides, padding, dilation, data_format)
@@ -330,10 +334,12 @@ def _depthwise(x, kernel, strides, padding, dilation, data_format):
     return _lax_conv(x, grouped, strides, pads, dilation, data_format, groups=kernel.shape[n])
 
 
-_depthwise_conv = op(_depthwise, name="depthwise_conv")
+_depthwise_conv = op(
+    _depthwise, name="depthwise_conv", jit=("strides", "padding", "dilation", "data_format")
+)
 
 
-@op(name="separable_conv")
+@op(name="separable_conv", jit=("strides", "padding", "dilation", "data_format"))
 def _separable_conv(x, depthwise_kernel, pointwise_kernel, strides, padding, dilation, data_format):
     y = _depthwise(x, depthwise_kernel, strides, padding, dilation, data_format)
     y, pointwise_kernel = common_dtype(y, pointwise_kernel)

@@ -30,7 +30,7 @@ from jaxkeras.spatial import (
 __all__ = ["local_conv1d", "local_conv2d"]
 
 
-@op(name="local_conv")
+@op(name="local_conv", jit=("kernel_size", "strides", "out_sizes", "data_format"))
 def _local_conv(inputs, kernel, kernel_size, strides, out_sizes, data_format):
     inputs, kernel = common_dtype(inputs, kernel)
     n = len(kernel_size)

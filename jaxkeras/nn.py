@@ -581,7 +581,7 @@ def _normalize(x: jax.Array, mean: Any, var: Any, beta: Any, gamma: Any, eps: fl
     return out if beta is None else out + beta
 
 
-@op(name="batch_normalization")
+@op(name="batch_normalization", jit=("axis", "eps"))
 def _batch_normalization(
     x: Any, mean: Any, var: Any, beta: Any, gamma: Any, axis: int, eps: float
 ) -> Any:
@@ -655,7 +655,7 @@ def batch_normalization(
     return _batch_normalization(x, mean, var, beta, gamma, axis, eps)
 
 
-@op(name="normalize_batch_in_training")
+@op(name="normalize_batch_in_training", jit=("axes", "eps"))
 def _normalize_batch_in_training(x: Any, gamma: Any, beta: Any, axes: tuple, eps: float) -> Any:
     x = _float_array(x)
     mean = jnp.mean(x, axis=axes, keepdims=True)
@@ -703,10 +703,10 @@ def normalize_batch_in_training(
     for name, p in (("gamma", gamma), ("beta", beta)):
         if p is None or None in kept or None in int_shape(p):
             continue
-        if int(np.prod(int_shape(p))) != int(np.prod(kept)):
+        if math.prod(int_shape(p)) != math.prod(kept):  # (math.prod: NumPy's costs µs)
             raise ValueError(
                 f"{fn}: {name} of shape {int_shape(p)} does not fit x of shape {x_shape} "
-                f"reduced over {axes}: it needs {int(np.prod(kept))} elements (e.g. shape "
+                f"reduced over {axes}: it needs {math.prod(kept)} elements (e.g. shape "
                 f"{tuple(kept)})"
             )
     return _normalize_batch_in_training(x, gamma, beta, tuple(sorted(axes)), eps)
@@ -725,7 +725,7 @@ def _is_pad_pair(value: Any) -> bool:
     )
 
 
-@op(name="pad")
+@op(name="pad", jit=("widths",))
 def _pad(x: Any, widths: tuple) -> Any:
     return jnp.pad(jnp.asarray(x), widths)
 
@@ -831,7 +831,7 @@ _INTERPOLATIONS = {
 }
 
 
-@op(name="resize")
+@op(name="resize", jit=("factors", "first_axis", "interpolation"))
 def _resize(x: Any, factors: tuple, first_axis: int, interpolation: str) -> Any:
     x = jnp.asarray(x)
     if interpolation == "nearest":

@@ -111,7 +111,7 @@ def _window_reduce(x, kind, windows, strides, pads, axes, lowering):
     )
 
 
-@op(name="pool")
+@op(name="pool", jit=("pool_size", "strides", "padding", "data_format", "mode", "lowering"))
 def _pool(x, pool_size, strides, padding, data_format, mode, lowering):
     n = len(pool_size)
     axes = spatial_axes(n, data_format)

@@ -13,6 +13,8 @@ from jax.experimental import sparse
 import jaxkeras as K
 from jaxkeras import checks, graph
 from jaxkeras.graph import context
+from tests import conv_reference
+from tests.conv_reference import np_conv, np_depthwise, np_pool
 
 RNG = np.random.default_rng(0)
 X = RNG.uniform(0.5, 2.0, size=(3, 4)).astype(np.float32) * RNG.choice([-1, 1], size=(3, 4))
@@ -237,6 +239,10 @@ P = RNG.uniform(0.05, 1.0, size=(3, 4)).astype(np.float32)  # probabilities, row
 T = np.eye(4, dtype=np.float32)[[2, 0, 3]]
 LABELS = np.array([2, 0, 3])
 EPS = 1e-7
+IMAGES = conv_reference.uniform(2, 5, 6, 3)
+KERNEL = conv_reference.uniform(3, 3, 3, 4)
+GAMMA = RNG.uniform(0.5, 2.0, size=3).astype(np.float32)
+BETA = RNG.normal(size=3).astype(np.float32)
 
 
 def _clipped(p):
@@ -287,6 +293,36 @@ COMPILED_EAGER = {
     "repeat": (lambda w: K.repeat(w(X32), 3), lambda: np.repeat(X32[:, None], 3, axis=1)),
     "repeat_elements": (lambda w: K.repeat_elements(w(X32), 2, 0), lambda: np.repeat(X32, 2, 0)),
     "cast": (lambda w: K.cast(w(X32), "float16"), lambda: X32.astype(np.float16)),
+    "conv2d": (
+        lambda w: K.conv2d(w(IMAGES), w(KERNEL), padding="same"),
+        lambda: np_conv(IMAGES, KERNEL, padding="same"),
+    ),
+    "depthwise_conv2d": (
+        lambda w: K.depthwise_conv2d(w(IMAGES), w(KERNEL[..., :1]), strides=2),
+        lambda: np_depthwise(IMAGES, KERNEL[..., :1], strides=2),
+    ),
+    "pool2d_avg": (
+        lambda w: K.pool2d(w(IMAGES), (2, 2), (2, 2), padding="same", pool_mode="avg"),
+        lambda: np_pool(IMAGES, (2, 2), (2, 2), padding="same", mode="avg"),
+    ),
+    "normalize_batch_in_training": (
+        lambda w: K.normalize_batch_in_training(w(IMAGES), w(GAMMA), w(BETA), [0, 1, 2])[0],
+        lambda: (
+            (IMAGES - IMAGES.mean((0, 1, 2))) / np.sqrt(IMAGES.var((0, 1, 2)) + 1e-3) * GAMMA + BETA
+        ),
+    ),
+    "batch_normalization": (
+        lambda w: K.batch_normalization(w(IMAGES), w(BETA), w(GAMMA), w(BETA), w(GAMMA)),
+        lambda: (IMAGES - BETA) / np.sqrt(GAMMA + 1e-3) * GAMMA + BETA,
+    ),
+    "spatial_2d_padding": (
+        lambda w: K.spatial_2d_padding(w(IMAGES), ((1, 2), (0, 1))),
+        lambda: np.pad(IMAGES, ((0, 0), (1, 2), (0, 1), (0, 0))),
+    ),
+    "resize_images": (
+        lambda w: K.resize_images(w(IMAGES), 2, 3, "channels_last"),
+        lambda: np.repeat(np.repeat(IMAGES, 2, 1), 3, 2),
+    ),
 }
 
 
