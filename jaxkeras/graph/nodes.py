@@ -578,6 +578,7 @@ def op(
     if elementwise:
         shape_rule = elementwise_rule(fn)
     label = name or getattr(fn, "__name__", "op")
+    run = None
     if random:
         signature = inspect.signature(fn)
 
@@ -588,10 +589,9 @@ def op(
             return record(fn, args, kwargs, seed=seed, name=label, shape_rule=shape_rule)
 
     else:
+        run = fn if eager is None else eager
         if jit is not None:
             run = jax.jit(fn, static_argnames=jit)
-        else:
-            run = fn if eager is None else eager
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -619,7 +619,7 @@ def op(
             return record(fn, args, kwargs, name=label, shape_rule=shape_rule)
 
     wrapper.pure = fn
-    wrapper.concrete = None if random else run
+    wrapper.concrete = run
     wrapper.op_name = label
     return wrapper
 
