@@ -56,14 +56,15 @@ def _logical(reducer: Callable) -> Callable:
 
 # A reduction's body is the jax.numpy function itself (sum and mean: exact for small full
 # reductions, see summation.py), called as ``(x)`` or ``(x, axis)``, with ``keepdims=True`` when
-# asked: no Python frame between the op and JAX, no keywords packed in the common case.
-_sum = op(full_sum, name="sum")
-_prod = op(jnp.prod, name="prod")
-_mean = op(full_mean, name="mean")
-_max = op(jnp.max, name="max")
-_min = op(jnp.min, name="min")
-_var = op(jnp.var, name="var")
-_std = op(jnp.std, name="std")
+# asked: no keywords packed in the common case. On arrays it runs compiled (one dispatch,
+# without jax.numpy's Python checks), compiled per shape, axes and keepdims.
+_sum = op(full_sum, name="sum", jit=("axis", "keepdims"))
+_prod = op(jnp.prod, name="prod", jit=("axis", "keepdims"))
+_mean = op(full_mean, name="mean", jit=("axis", "keepdims"))
+_max = op(jnp.max, name="max", jit=("axis", "keepdims"))
+_min = op(jnp.min, name="min", jit=("axis", "keepdims"))
+_var = op(jnp.var, name="var", jit=("axis", "keepdims"))
+_std = op(jnp.std, name="std", jit=("axis", "keepdims"))
 _all = op(_logical(jnp.all), name="all", jit=("axis", "keepdims"))
 _any = op(_logical(jnp.any), name="any", jit=("axis", "keepdims"))
 _logsumexp = op(jax.nn.logsumexp, name="logsumexp", jit=("axis", "keepdims"))
