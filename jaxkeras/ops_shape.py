@@ -129,7 +129,7 @@ def reshape(x: TensorLike, shape: Any) -> TensorLike:
     return _reshape(x, shape)
 
 
-@op(name="permute_dimensions")
+@op(name="permute_dimensions", jit=("pattern",))
 def _transpose(x: Any, pattern: tuple | None) -> Any:
     return jnp.transpose(x, pattern)
 
@@ -168,7 +168,7 @@ def transpose(x: TensorLike) -> TensorLike:
     return _transpose(x, None)
 
 
-@op(name="expand_dims")
+@op(name="expand_dims", jit=("axis",))
 def _expand_dims(x: Any, axis: int) -> Any:
     return jnp.expand_dims(x, axis)
 
@@ -186,7 +186,7 @@ def expand_dims(x: TensorLike, axis: int = -1) -> TensorLike:
     return _expand_dims(x, check_axis_of("expand_dims", "axis", x, axis, extra=1))
 
 
-@op(name="squeeze")
+@op(name="squeeze", jit=("axis",))
 def _squeeze(x: Any, axis: int) -> Any:
     return jnp.squeeze(x, axis)
 
@@ -233,7 +233,7 @@ def _check_alike(tensors: list, fn: str, free_axis: int | None = None) -> None:
             raise ValueError(f"{fn}: incompatible shapes {shapes}")
 
 
-_concatenate = op(jnp.concatenate, name="concatenate")  # called as (tensors, axis)
+_concatenate = op(jnp.concatenate, name="concatenate", jit=("axis",))  # as (tensors, axis)
 
 
 def concatenate(tensors: Sequence[TensorLike], axis: int = -1) -> TensorLike:
@@ -255,7 +255,7 @@ def concatenate(tensors: Sequence[TensorLike], axis: int = -1) -> TensorLike:
     return _concatenate(tensors, axis)
 
 
-@op(name="stack")
+@op(name="stack", jit=("axis",))
 def _stack(tensors: list, axis: int) -> Any:
     return jnp.stack(tensors, axis=axis)
 

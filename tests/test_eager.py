@@ -293,6 +293,17 @@ COMPILED_EAGER = {
     "repeat": (lambda w: K.repeat(w(X32), 3), lambda: np.repeat(X32[:, None], 3, axis=1)),
     "repeat_elements": (lambda w: K.repeat_elements(w(X32), 2, 0), lambda: np.repeat(X32, 2, 0)),
     "cast": (lambda w: K.cast(w(X32), "float16"), lambda: X32.astype(np.float16)),
+    "concatenate": (
+        lambda w: K.concatenate([w(X32), w(P), w(X32)], axis=0),
+        lambda: np.concatenate([X32, P, X32], axis=0),
+    ),
+    "stack": (lambda w: K.stack([w(X32), w(P)], axis=1), lambda: np.stack([X32, P], axis=1)),
+    "expand_dims": (lambda w: K.expand_dims(w(X32), 1), lambda: X32[:, None]),
+    "squeeze": (lambda w: K.squeeze(w(X32[:, :1]), 1), lambda: X32[:, 0]),
+    "permute_dimensions": (
+        lambda w: K.permute_dimensions(w(IMAGES), (0, 3, 1, 2)),
+        lambda: IMAGES.transpose(0, 3, 1, 2),
+    ),
     "conv2d": (
         lambda w: K.conv2d(w(IMAGES), w(KERNEL), padding="same"),
         lambda: np_conv(IMAGES, KERNEL, padding="same"),
@@ -347,6 +358,14 @@ def test_eager_clip_reuses_its_compiled_body_for_new_bounds_and_keeps_the_dtype_
     np.testing.assert_array_equal(K.clip(ints, 2.5, 4.7), np.clip(np.arange(6), 2, 4))
     assert K.clip(ints, 1.5, 3.2).dtype == ints.dtype
     assert ops_math._clip.concrete._cache_size() == before + 1
+
+
+def test_eager_concatenate_takes_numpy_and_jax_arrays_together_and_lists_of_any_length():
+    mixed = K.concatenate([X32, jnp.asarray(P)], axis=-1)
+    np.testing.assert_array_equal(mixed, np.concatenate([X32, P], axis=-1))
+    for n in (1, 2, 5):
+        parts = [X32[:, i : i + 1] for i in range(n)]
+        np.testing.assert_array_equal(K.concatenate(parts), X32[:, :n])
 
 
 def test_eager_cast_of_arrays_compiles_and_of_large_python_numbers_stays_on_the_host():
