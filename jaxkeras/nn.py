@@ -95,7 +95,7 @@ def elu(x: Any, alpha: float = 1.0) -> Any:
 
 @op(name="relu", elementwise=True, jit=("alpha",))
 def _relu(x: Any, alpha: float, max_value: float | None, threshold: float) -> Any:
-    x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # asarray costs µs even on arrays
+    x = jnp.asarray(x)
     out = jnp.where(x > threshold, x, 0)
     if max_value is not None:
         out = jnp.clip(out, 0, max_value)
