@@ -40,7 +40,7 @@ def standardize_dtype(dtype: Any, arg: str = "dtype") -> str:
     name = jax.dtypes.canonicalize_dtype(dtype).name
     if name not in _WIDE and dtype.name == name:  # the same with or without 64-bit mode
         _NAMES[dtype] = name
-        if key is not None:
+        if isinstance(key, str):
             _NAMES[key] = name
     return name
 
