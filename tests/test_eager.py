@@ -13,8 +13,7 @@ from jax.experimental import sparse
 import jaxkeras as K
 from jaxkeras import checks, graph
 from jaxkeras.graph import context
-from tests import conv_reference
-from tests.conv_reference import np_conv, np_depthwise, np_pool
+from tests.conv_reference import np_conv, np_depthwise, np_pool, uniform
 
 RNG = np.random.default_rng(0)
 X = RNG.uniform(0.5, 2.0, size=(3, 4)).astype(np.float32) * RNG.choice([-1, 1], size=(3, 4))
@@ -239,8 +238,8 @@ P = RNG.uniform(0.05, 1.0, size=(3, 4)).astype(np.float32)  # probabilities, row
 T = np.eye(4, dtype=np.float32)[[2, 0, 3]]
 LABELS = np.array([2, 0, 3])
 EPS = 1e-7
-IMAGES = conv_reference.uniform(2, 5, 6, 3)
-KERNEL = conv_reference.uniform(3, 3, 3, 4)
+IMAGES = uniform(2, 5, 6, 3)
+KERNEL = uniform(3, 3, 3, 4)
 GAMMA = RNG.uniform(0.5, 2.0, size=3).astype(np.float32)
 BETA = RNG.normal(size=3).astype(np.float32)
 
