@@ -36,7 +36,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import Row, interleaved, markdown_table, ratio_row
+from common import Row, interleaved, markdown_table, ratio_row, step_clock
 from jax import lax
 
 import jaxkeras as K
@@ -85,10 +85,10 @@ def compare(
 
 
 def time_alternately(fns: dict[str, Callable], args: tuple, repeats: int) -> dict:
-    """CPU seconds per call of each jit-compiled function on ``args``, one per round,
-    interleaved."""
+    """Seconds per call of each jit-compiled function on ``args`` (CPU time; wall-clock on an
+    accelerator), one per round, interleaved."""
     calls = {n: functools.partial(_call, fn, args) for n, fn in fns.items()}
-    return interleaved(calls, repeats, clock="cpu")
+    return interleaved(calls, repeats, clock=step_clock())
 
 
 def _call(fn: Callable, args: tuple) -> None:

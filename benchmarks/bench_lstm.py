@@ -1,10 +1,11 @@
 """LSTM training step: K.rnn + K.gradients + K.function against hand-written lax.scan + jax.grad.
 
 The model: an LSTM cell (fused kernels, gates i, f, g, o) over ``x`` of shape (64, 100, 32) with
-128 units, a dense head on the last output and a mean squared error; one SGD step updates every
-weight. Both versions start from the same weights; the script checks that they give the same
-loss and the same updated weights, then times steps alternately (warm-up excluded): one row
-of the results table (``benchmarks/run_all.py``).
+128 units (on an accelerator: (1024, 100, 128) with 512 units), a dense head on the last output
+and a mean squared error; one SGD step updates every weight. Both versions start from the same
+weights; the script checks that they give the same loss and the same updated weights, then
+times steps alternately (warm-up excluded): one row of the results table
+(``benchmarks/run_all.py``).
 
 Run: ``python benchmarks/bench_lstm.py [--quick]``.
 """
@@ -17,12 +18,22 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import Row, interleaved, markdown_table, ratio_row
+from common import (
+    Row,
+    agreement_rtol,
+    interleaved,
+    markdown_table,
+    ratio_row,
+    step_clock,
+)
 from jax import lax
 
 import jaxkeras as K
 
-BATCH, STEPS, FEATURES, UNITS = 64, 100, 32, 128
+# on an accelerator, a batch and widths that keep it busy
+BATCH, STEPS, FEATURES, UNITS = (
+    (64, 100, 32, 128) if jax.default_backend() == "cpu" else (1024, 100, 128, 512)
+)
 LR = 0.01
 
 
@@ -99,16 +110,21 @@ def check_same(weights, x, y):
     k_step, _, variables = keras_step(weights)
     j_step, holder = jax_step(weights)
     k_loss, j_loss = k_step(x, y), j_step(x, y)
-    np.testing.assert_allclose(k_loss, j_loss, rtol=1e-5)
+    np.testing.assert_allclose(k_loss, j_loss, rtol=agreement_rtol(1e-5))
     for name, var in variables.items():
         np.testing.assert_allclose(
-            K.get_value(var), holder["params"][name], rtol=1e-4, atol=1e-6, err_msg=name
+            K.get_value(var),
+            holder["params"][name],
+            rtol=agreement_rtol(1e-4),
+            atol=1e-6,
+            err_msg=name,
         )
     return float(k_loss), float(j_loss)
 
 
 def main(quick: bool = False) -> list[Row]:
-    """Checks both steps agree, then times them interleaved (CPU time of the process).
+    """Checks both steps agree, then times them interleaved (CPU time of the process on the
+    CPU, wall-clock time on an accelerator).
 
     Args:
         quick: fewer repetitions.
@@ -127,7 +143,7 @@ def main(quick: bool = False) -> list[Row]:
         {"K": lambda: k_step(x, y), "jax": lambda: j_step(x, y)},
         rounds=10 if quick else 30,
         warmup=3,
-        clock="cpu",
+        clock=step_clock(),
     )
     assert f.trace_count == 1, f"the K.function step compiled {f.trace_count} times"
     return [

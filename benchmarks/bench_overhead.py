@@ -1,7 +1,8 @@
 """Per-call overhead of ``K.function`` and of eager ops, against plain JAX with the same contract.
 
 Five figures, each a ratio measured in one run with the calls of both sides interleaved (CPU
-time of the process, steadier than wall time on a shared machine):
+time of the process, steadier than wall time on a shared machine; wall-clock time when JAX runs
+on an accelerator):
 
 1. a tiny compiled function (a 4x4 dot and one update, NumPy in, NumPy out) against a
    ``jax.jit`` function that donates the state the same way and converts the same;
@@ -30,7 +31,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import Row, interleaved, markdown_table, ratio_row
+from common import Row, interleaved, markdown_table, ratio_row, step_clock
 
 import jaxkeras as K
 
@@ -53,7 +54,7 @@ def call_overhead(rounds: int, number: int) -> Row:
 
     value = np.full((4, 4), 0.5, np.float32)
     times = interleaved(
-        {"K": lambda: f([value]), "jax": lambda: by_hand(value)}, rounds, number, clock="cpu"
+        {"K": lambda: f([value]), "jax": lambda: by_hand(value)}, rounds, number, clock=step_clock()
     )
     return ratio_row(
         "tiny `K.function` call (4x4 dot + 1 update, NumPy in/out)",
@@ -111,7 +112,7 @@ def eager_overhead(rounds: int, number: int) -> list[Row]:
     for i, (_, ours, theirs) in enumerate(pairs):
         fns[f"K{i}"] = lambda f=ours: f().block_until_ready()
         fns[f"jnp{i}"] = lambda f=theirs: f().block_until_ready()
-    times = interleaved(fns, rounds, number, clock="cpu")
+    times = interleaved(fns, rounds, number, clock=step_clock())
     return [
         ratio_row(
             f"eager {figure}, 8x8 `jax.Array`",
@@ -166,7 +167,7 @@ def _scaling(make, what: str, reference: str, rounds: int, number: int) -> list[
     fns = {}
     for n in counts:
         fns[f"K{n}"], fns[f"jax{n}"] = make(n)
-    times = interleaved(fns, rounds, number, clock="cpu")
+    times = interleaved(fns, rounds, number, clock=step_clock())
     rows = [
         ratio_row(
             f"`K.function` call, {n} variables {what}",

@@ -125,6 +125,33 @@ def interleaved(
     return times
 
 
+def step_clock() -> str:
+    """The clock for timing compiled steps: CPU time when JAX runs on the CPU (load from other
+    processes disturbs it less), wall-clock on an accelerator (the host's CPU time says nothing
+    of the device's work).
+
+    Returns:
+        ``'cpu'`` or ``'wall'``, for :func:`interleaved`.
+    """
+    import jax
+
+    return "cpu" if jax.default_backend() == "cpu" else "wall"
+
+
+def agreement_rtol(on_cpu: float) -> float:
+    """The relative tolerance for checking that jaxkeras and its reference compute the same:
+    ``on_cpu`` on the CPU; on an accelerator at least 1e-2, since JAX's default precision lets
+    float32 products there run in TF32 (10-bit mantissas), where summation order shows.
+
+    Args:
+        on_cpu: the tolerance on the CPU.
+
+    Returns:
+        The tolerance for the platform JAX runs on.
+    """
+    return on_cpu if step_clock() == "cpu" else max(on_cpu, 1e-2)
+
+
 def time_text(seconds: float) -> str:
     """A duration with a readable unit (µs, ms or s)."""
     if seconds < 1e-3:

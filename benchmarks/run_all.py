@@ -26,7 +26,14 @@ from pathlib import Path
 from common import Row, markdown_table
 
 HERE = Path(__file__).resolve().parent
-MODULES = ["bench_overhead", "bench_lstm", "bench_conv", "bench_keras2", "bench_threads"]
+MODULES = [
+    "bench_overhead",
+    "bench_lstm",
+    "bench_steps",
+    "bench_conv",
+    "bench_keras2",
+    "bench_threads",
+]
 
 
 def machine() -> str:
