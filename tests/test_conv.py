@@ -288,18 +288,77 @@ def full_shape(batch, spatial, c, data_format):
     return channels((batch, *spatial, c), data_format)
 
 
+@pytest.mark.parametrize("lowering", conv.TRANSPOSE_LOWERINGS)
 @pytest.mark.parametrize(
     ("n", "data_format", "padding", "strides", "dilation", "out"), TRANSPOSE_CASES
 )
-def test_conv_transpose_matches_scatter_reference(n, data_format, padding, strides, dilation, out):
+def test_conv_transpose_matches_scatter_reference(
+    lowering, n, data_format, padding, strides, dilation, out
+):
     x, w = transpose_inputs(n, data_format)
     shape = full_shape(None, out, 2, data_format)
     check_op(
-        lambda a: TRANSPOSE_OPS[n](a, w, shape, strides, padding, data_format, dilation),
+        lambda a: TRANSPOSE_OPS[n](
+            a, w, shape, strides, padding, data_format, dilation, lowering=lowering
+        ),
         lambda a: np_conv_transpose(a, w, out, strides, padding, dilation, data_format),
         [x],
         **TOL,
     )
+
+
+@pytest.mark.parametrize(
+    ("n", "data_format", "padding", "strides", "dilation", "out"), TRANSPOSE_CASES
+)
+def test_col2im_transpose_derivatives_match_lax(n, data_format, padding, strides, dilation, out):
+    # tangents in forward mode, both gradients, and the derivative of a gradient
+    x, w = transpose_inputs(n, data_format)
+    dx, dw = uniform(*x.shape), uniform(*w.shape)
+    shape = full_shape(2, out, 2, data_format)
+
+    def derivatives(lowering):
+        def up(a, b):
+            return TRANSPOSE_OPS[n](
+                a, b, shape, strides, padding, data_format, dilation, lowering=lowering
+            )
+
+        loss = lambda a, b: K.sum(K.square(up(a, b)))  # noqa: E731
+        second = jax.grad(lambda b: K.sum(jax.grad(loss)(x, b) * dx))(w)
+        return (*jax.jvp(up, (x, w), (dx, dw)), *jax.grad(loss, argnums=(0, 1))(x, w), second)
+
+    got = jax.jit(lambda: derivatives("col2im"))()
+    want = jax.jit(lambda: derivatives("lax"))()
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def test_col2im_transpose_upsamples_a_small_input_exactly():
+    # the mnist_acgan generator's first layer in small: 3x3 -> 7x7 with a 5x5 window, stride
+    # 1, 'valid' (XLA's transposed convolution multiplies mostly zeros there)
+    x, w = uniform(2, 3, 3, 6), uniform(5, 5, 4, 6)
+    got = K.conv2d_transpose(x, w, (2, 7, 7, 4), lowering="col2im")
+    np.testing.assert_allclose(got, np_conv_transpose(x, w, (7, 7), 1, "valid"), **TOL)
+
+
+def test_transpose_lowering_policy():
+    assert conv.transpose_lowering("cpu", (7, 7), (14, 14)) == "col2im"
+    assert conv.transpose_lowering("cpu", (3, 3), (7, 7)) == "col2im"
+    assert conv.transpose_lowering("cpu", (10,), (20,)) == "col2im"
+    assert conv.transpose_lowering("cpu", (16, 16), (16, 16)) == "lax"  # stride 1, 'same'
+    assert conv.transpose_lowering("cpu", (16, 16), (18, 18)) == "lax"
+    assert all(conv.transpose_lowering(p, (7, 7), (14, 14)) == "lax" for p in ("cuda", "tpu"))
+
+
+def test_auto_conv_transpose_lowering_is_decided_per_platform():
+    x, w = transpose_inputs(2, "channels_last")
+    for out, uses_col2im in (((8, 6), True), ((4, 3), False)):
+        strides = (2, 2) if uses_col2im else (1, 1)
+
+        def up(a, out=out, strides=strides):
+            return K.conv2d_transpose(a, w, (2, *out, 2), strides, "same")
+
+        assert ("convolution" not in lowered_for("cpu", up, x)) == uses_col2im
+        assert "convolution" in lowered_for("cuda", up, x)
 
 
 def test_conv_transpose_is_the_adjoint_of_conv():
@@ -478,6 +537,7 @@ W4 = np.zeros((3, 3, 2, 2), np.float32)
         (lambda: K.conv2d_transpose(X4, W4, (1, 10, 10, 5), (2, 2), "same"), "5"),
         (lambda: K.conv2d_transpose(X4, W4, (1, None, 10, 2), (2, 2)), "None"),
         (lambda: K.conv2d_transpose(X4, W4, (1, 10, 2), (2, 2)), r"\(1, 10, 2\)"),
+        (lambda: K.conv2d_transpose(X4, W4, (1, 9, 9, 2), lowering="im2col"), "'im2col'"),
         (lambda: K.depthwise_conv2d(X4, W4[:, :, :1]), "input channels.*2 vs 1"),
         (lambda: K.separable_conv2d(X4, W4, np.zeros((3, 3, 4, 2))), r"\(3, 3, 4, 2\)"),
         (lambda: K.separable_conv2d(X4, W4, np.zeros((1, 1, 3, 2))), "4 vs 3"),
