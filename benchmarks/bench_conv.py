@@ -13,16 +13,19 @@ alike:
 2. The same for ``K.conv1d`` and ``K.conv3d`` (``lax`` against ``im2col``), and for
    convolutions with few output filters (< ``conv.FEW_FILTERS``) every lowering: ``taps``
    (one matmul with every window offset's kernel, then a sum of shifted slices) and ``auto``.
-3. ``K.pool2d`` 2x2/2 max pooling forward and forward+backward per lowering: ``lax``
+3. ``K.conv2d_transpose`` and ``K.conv3d_transpose`` forward and forward+backward,
+   ``col2im`` (one matmul, then each window offset's slice added in place) against ``lax``
+   (``lax.conv_transpose``): Keras's mnist_acgan generator layers and two decoder stages.
+4. ``K.pool2d`` 2x2/2 max pooling forward and forward+backward per lowering: ``lax``
    (``lax.reduce_window``, whose gradient is XLA's select-and-scatter) and ``reshape``.
-4. One SGD step of that convnet (conv32-relu-maxpool-conv64-relu-maxpool-dense10, softmax
+5. One SGD step of that convnet (conv32-relu-maxpool-conv64-relu-maxpool-dense10, softmax
    crossentropy) per combination of lowerings, and with ``'auto'`` (what jaxkeras picks here).
 
-5. ``K.conv3d`` forward+backward with ``'auto'`` against ``'lax'`` on the conv_lstm example's
+6. ``K.conv3d`` forward+backward with ``'auto'`` against ``'lax'`` on the conv_lstm example's
    Conv3D layer, (10, 15, 40, 40, 40) to 1 filter.
 
-Ratios above 1: slower than ``lax``. These results set ``conv.conv_lowering`` and
-``pool.pool_lowering``.
+Ratios above 1: slower than ``lax``. These results set ``conv.conv_lowering``,
+``conv.transpose_lowering`` and ``pool.pool_lowering``.
 
 Run: ``python benchmarks/bench_conv.py [--quick]``.
 """
@@ -129,6 +132,37 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
         lowerings = ("lax", "im2col", "lax_im2col") if many else conv.LOWERINGS
         fns = {low: functools.partial(op, padding="same", lowering=low) for low in lowerings}
         rows += compare(f"{label} same", fns, args, repeats, rng)
+    return rows
+
+
+def transpose_rows(repeats: int, rng: np.random.Generator) -> list:
+    """Transposed convolutions, ``'col2im'`` against XLA's: Keras's mnist_acgan generator
+    (batch 100), an upsampling stage of a 2-D decoder and one of a 3-D decoder, and a stride-1
+    ``'same'`` one (where ``'auto'`` keeps XLA's)."""
+    cases = [
+        ("2d 100x3x3x384->7x7x192 k5 s1 valid", (100, 3, 3, 384), (5, 5, 192, 384), 1, "valid"),
+        ("2d 100x7x7x192->14x14x96 k5 s2 same", (100, 7, 7, 192), (5, 5, 96, 192), 2, "same"),
+        ("2d 100x14x14x96->28x28x1 k5 s2 same", (100, 14, 14, 96), (5, 5, 1, 96), 2, "same"),
+        ("2d 32x16x16x256->16x16x256 k3 s1 same", (32, 16, 16, 256), (3, 3, 256, 256), 1, "same"),
+        ("3d 16x8x8x8x16->16^3x8 k3 s2 same", (16, 8, 8, 8, 16), (3, 3, 3, 8, 16), 2, "same"),
+    ]
+    rows = []
+    for label, x_shape, k_shape, stride, padding in cases:
+        n = len(x_shape) - 2
+        op = {2: K.conv2d_transpose, 3: K.conv3d_transpose}[n]
+        if padding == "valid":
+            out = [(size - 1) * stride + k for size, k in zip(x_shape[1:-1], k_shape)]
+        else:
+            out = [size * stride for size in x_shape[1:-1]]
+        shape = (x_shape[0], *out, k_shape[-2])
+        args = (normal(rng, *x_shape), normal(rng, *k_shape, scale=0.05))
+        fns = {
+            low: functools.partial(
+                op, output_shape=shape, strides=stride, padding=padding, lowering=low
+            )
+            for low in ("lax", "col2im")
+        }
+        rows += compare(f"conv{label}", fns, args, repeats, rng)
     return rows
 
 
@@ -244,6 +278,7 @@ def main(quick: bool = False) -> list[Row]:
     rng = np.random.default_rng(0)
     rows = lowering_rows("conv2d B=128", conv2d_rows(repeats, rng))
     rows += lowering_rows("", other_rank_rows(repeats, rng))
+    rows += lowering_rows("transposed", transpose_rows(repeats, rng))
     rows += lowering_rows("pool2d", pool_rows(repeats, rng))
     rows += lowering_rows("convnet SGD step", train_rows(repeats, rng))
     rows.append(conv3d_auto_row(3 if quick else 7, quick))
