@@ -307,6 +307,14 @@ CPU_SPLIT_FLAG = "xla_cpu_parallel_codegen_split_count"
 (XLA's default: 32)."""
 
 
+CPU_LIBRARY_FLAG = "xla_cpu_experimental_ynn_fusion_type"
+"""Which ops XLA:CPU hands to its YNNPACK library: by default convolutions, reductions and
+matrix products each (an unknown name makes every compile fail, so jax is pinned)."""
+
+CPU_LIBRARY_OPS = "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
+"""What K.function hands YNNPACK: reductions and matrix products, not convolutions."""
+
+
 def _cores() -> int:
     """The number of CPU cores this process may run on."""
     if hasattr(os, "sched_getaffinity"):
@@ -320,13 +328,25 @@ def cpu_options() -> dict[str, Any]:
     Returns:
         A dict from XLA option names to values.
     """
-    return {CPU_FUSION_FLAG: False, CPU_LEVEL_FLAG: 1, CPU_SPLIT_FLAG: min(32, _cores())}
+    return {
+        CPU_FUSION_FLAG: False,
+        CPU_LEVEL_FLAG: 1,
+        CPU_SPLIT_FLAG: min(32, _cores()),
+        CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
+    }
 
 
 def compiler_options() -> dict[str, Any] | None:
     """XLA options for the functions ``K.function`` compiles on the default backend.
 
-    On CPU, three options that make compiling quicker and leave the compiled code as fast
+    On CPU, convolutions run in XLA's own (Eigen) kernels rather than YNNPACK's, which are
+    slower at the channel counts of most Keras convnets: Keras's cifar10_cnn example's train
+    step (batch 32) took 49-60 ms instead of 69-86 ms wall-clock (90-109 ms of CPU time instead
+    of 102-126 ms), its cifar10_resnet's ResNet20 122-126 ms instead of 151 ms (CPU time
+    within 3%), and the conv_lstm example's step as long (three interleaved rounds of each).
+    YNNPACK keeps the reductions and matrix products, where it is the faster.
+
+    Three more options make compiling quicker and leave the compiled code as fast
     (``benchmarks/bench_keras2.py``, ``benchmarks/bench_lstm.py``):
 
     - XLA's classic fusion emitters, not the MLIR ones it uses by default: they compile in
@@ -339,8 +359,8 @@ def compiler_options() -> dict[str, Any] | None:
       32): each module costs a few milliseconds of its own, and more modules than cores
       compile no sooner. On 2 cores the convnet step compiles in 0.29 s instead of 0.32 s.
 
-    A program whose ``XLA_FLAGS`` sets any of these options keeps its choice for that one;
-    other backends get no options.
+    A program whose ``XLA_FLAGS`` sets any of these four options keeps its choice for that
+    one; other backends get no options.
 
     Returns:
         A dict for ``jax.jit(compiler_options=...)``, or ``None``.

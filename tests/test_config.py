@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -199,7 +200,14 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
 
     import jax
 
-    from jaxkeras.config import CPU_FUSION_FLAG, CPU_LEVEL_FLAG, CPU_SPLIT_FLAG, compiler_options
+    from jaxkeras.config import (
+        CPU_FUSION_FLAG,
+        CPU_LEVEL_FLAG,
+        CPU_LIBRARY_FLAG,
+        CPU_LIBRARY_OPS,
+        CPU_SPLIT_FLAG,
+        compiler_options,
+    )
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
     if jax.default_backend() != "cpu":
@@ -207,11 +215,16 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     split = min(32, cores)
-    assert compiler_options() == {CPU_FUSION_FLAG: False, CPU_LEVEL_FLAG: 1, CPU_SPLIT_FLAG: split}
+    assert compiler_options() == {
+        CPU_FUSION_FLAG: False,
+        CPU_LEVEL_FLAG: 1,
+        CPU_SPLIT_FLAG: split,
+        CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
+    }
     monkeypatch.setenv("XLA_FLAGS", f"--{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=8")
-    assert compiler_options() == {CPU_LEVEL_FLAG: 1}
+    assert compiler_options() == {CPU_LEVEL_FLAG: 1, CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS}
     flags = f"--{CPU_LEVEL_FLAG}=3 --{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=32"
-    monkeypatch.setenv("XLA_FLAGS", flags)
+    monkeypatch.setenv("XLA_FLAGS", f"{flags} --{CPU_LIBRARY_FLAG}=individual_dot")
     assert compiler_options() is None
 
 
@@ -222,6 +235,42 @@ def test_the_split_count_follows_the_cores_the_process_may_use(monkeypatch):
     assert config.cpu_options()[config.CPU_SPLIT_FLAG] == 3
     monkeypatch.setattr(config, "_cores", lambda: 96)
     assert config.cpu_options()[config.CPU_SPLIT_FLAG] == 32  # XLA's own default is the most
+
+
+def _library_ops(hlo: str) -> set[str]:
+    """The kinds of ops inside the computations that an optimized HLO hands YNNPACK."""
+    kinds = set()
+    for called in re.findall(r"ynn_fusion[.\d]* = .*?calls=(%[\w.]+)", hlo):
+        body = hlo[hlo.index(called + " ") :]
+        body = body[: body.index("\n}")]
+        kinds |= {k for k in ("convolution", "reduce", "dot") if f" {k}(" in body}
+    return kinds
+
+
+def test_cpu_convolutions_run_in_xla_and_reductions_in_ynnpack():
+    import jax
+    import numpy as np
+    from jax import lax
+
+    if jax.default_backend() != "cpu":
+        return
+    shape, kernel = (8, 16, 16, 32), np.ones((3, 3, 32, 32), np.float32)
+    x = K.placeholder(shape)
+    y = K.relu(K.conv2d(x, K.variable(kernel), padding="same", lowering="lax"))
+    f = K.function([x], [y, K.sum(y, axis=(1, 2))])
+    feed = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    ours = _library_ops(f.lower([feed]).compile().as_text())
+    assert "convolution" not in ours and "reduce" in ours
+
+    @jax.jit
+    def by_hand(a, k):  # XLA's defaults hand YNNPACK the convolution too
+        dims = ("NHWC", "HWIO", "NHWC")
+        out = jax.nn.relu(lax.conv_general_dilated(a, k, (1, 1), "SAME", dimension_numbers=dims))
+        return out, out.sum(axis=(1, 2))
+
+    assert "convolution" in _library_ops(by_hand.lower(feed, kernel).compile().as_text())
+    for a, b in zip(f([feed]), by_hand(feed, kernel)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4 * float(np.abs(b).max()))
 
 
 def test_the_quick_compiler_options_compute_the_same_bits():
