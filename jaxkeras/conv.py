@@ -7,7 +7,9 @@ Both data formats go straight to ``lax.conv_general_dilated`` through its dimens
 no data is transposed. Plain convolutions have three more lowerings, chosen per platform by
 :func:`conv_lowering`: im2col + matmul (patches by strided slicing, then one dot), taps (one
 dot with every window offset's kernel, then a sum of shifted slices), and XLA's convolution
-with matmul gradients (``'lax_im2col'``).
+with matmul gradients (``'lax_im2col'``). Transposed convolutions have one more, ``'col2im'``
+(one matmul, then each window offset's slice added in place), chosen on CPU by
+:func:`transpose_lowering`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ NumPy loops (tests/conv_reference.py)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import jax
@@ -330,6 +331,39 @@ def test_col2im_transpose_derivatives_match_lax(n, data_format, padding, strides
     want = jax.jit(lambda: derivatives("lax"))()
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def test_col2im_transpose_agrees_with_lax_on_random_configurations():
+    # ranks, windows, strides or dilations, paddings, formats, and every output size that maps
+    # back to the input (extra rows and columns under 'valid' included)
+    rng = np.random.default_rng(7)
+    checked = 0
+    while checked < 24:
+        n = int(rng.integers(2, 4))
+        window = tuple(int(v) for v in rng.integers(1, 5, n))
+        strides = tuple(int(v) for v in rng.integers(1, 4, n))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, n))
+        if max(strides) > 1:
+            dilation = (1,) * n
+        padding = ("same", "valid")[checked % 2]
+        data_format = ("channels_last", "channels_first")[(checked // 2) % 2]
+        sizes = tuple(int(v) for v in rng.integers(1, 5, n))
+        outs = []
+        for i, k, s, d in zip(sizes, window, strides, dilation):
+            fits = [o for o in range(1, 24) if spatial.output_size(o, k, s, d, padding) == i]
+            outs.append(int(rng.choice(fits)) if fits else None)
+        if None in outs:
+            continue
+        x = uniform(*channels((2, *sizes, 2), data_format))
+        w = uniform(*window, 3, 2)
+        shape = full_shape(2, outs, 3, data_format)
+        up = functools.partial(
+            TRANSPOSE_OPS[n], x, w, shape, strides, padding, data_format, dilation
+        )
+        np.testing.assert_allclose(
+            up(lowering="col2im"), up(lowering="lax"), rtol=1e-5, atol=1e-5, err_msg=str(shape)
+        )
+        checked += 1
 
 
 def test_col2im_transpose_upsamples_a_small_input_exactly():
