@@ -23,6 +23,7 @@ from common import (
     agreement_rtol,
     interleaved,
     markdown_table,
+    on_cpu,
     ratio_row,
     step_clock,
 )
@@ -31,9 +32,7 @@ from jax import lax
 import jaxkeras as K
 
 # on an accelerator, a batch and widths that keep it busy
-BATCH, STEPS, FEATURES, UNITS = (
-    (64, 100, 32, 128) if jax.default_backend() == "cpu" else (1024, 100, 128, 512)
-)
+BATCH, STEPS, FEATURES, UNITS = (64, 100, 32, 128) if on_cpu() else (1024, 100, 128, 512)
 LR = 0.01
 
 

@@ -34,6 +34,7 @@ from common import (
     agreement_rtol,
     interleaved,
     markdown_table,
+    on_cpu,
     ratio_row,
     step_clock,
 )
@@ -47,7 +48,7 @@ CLASSES = 10
 
 def _sizes() -> dict[str, int]:
     """Batch sizes and the MLP's width for the platform JAX runs on."""
-    if jax.default_backend() == "cpu":
+    if on_cpu():
         return {"mlp_batch": 128, "hidden": 512, "convnet_batch": 128}
     return {"mlp_batch": 8192, "hidden": 4096, "convnet_batch": 2048}
 

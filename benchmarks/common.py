@@ -125,6 +125,18 @@ def interleaved(
     return times
 
 
+def on_cpu() -> bool:
+    """Whether JAX runs on the CPU here (not on an accelerator), which sets the benchmarks'
+    sizes, clock and tolerances.
+
+    Returns:
+        ``True`` on the CPU.
+    """
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
 def step_clock() -> str:
     """The clock for timing compiled steps: CPU time when JAX runs on the CPU (load from other
     processes disturbs it less), wall-clock on an accelerator (the host's CPU time says nothing
@@ -133,23 +145,21 @@ def step_clock() -> str:
     Returns:
         ``'cpu'`` or ``'wall'``, for :func:`interleaved`.
     """
-    import jax
-
-    return "cpu" if jax.default_backend() == "cpu" else "wall"
+    return "cpu" if on_cpu() else "wall"
 
 
-def agreement_rtol(on_cpu: float) -> float:
+def agreement_rtol(cpu_rtol: float) -> float:
     """The relative tolerance for checking that jaxkeras and its reference compute the same:
-    ``on_cpu`` on the CPU; on an accelerator at least 1e-2, since JAX's default precision lets
+    ``cpu_rtol`` on the CPU; on an accelerator at least 1e-2, since JAX's default precision lets
     float32 products there run in TF32 (10-bit mantissas), where summation order shows.
 
     Args:
-        on_cpu: the tolerance on the CPU.
+        cpu_rtol: the tolerance on the CPU.
 
     Returns:
         The tolerance for the platform JAX runs on.
     """
-    return on_cpu if step_clock() == "cpu" else max(on_cpu, 1e-2)
+    return cpu_rtol if on_cpu() else max(cpu_rtol, 1e-2)
 
 
 def time_text(seconds: float) -> str:
