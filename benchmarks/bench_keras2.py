@@ -35,9 +35,9 @@ EPOCHS = 6
 BATCH = 32
 CONVLSTM_FULL = (10, 15, 40)  # batch, frames, side: the conv_lstm example
 CONVLSTM_QUICK = (2, 15, 20)
-# jaxkeras with glibc's malloc set to keep the memory a compiled call frees for the next call,
-# not map it afresh every time (jaxkeras/cpu_memory.py; opt-in)
-REUSE = {"JAXKERAS_REUSE_CPU_MEMORY": "1"}
+# jaxkeras without its CPU memory reuse (jaxkeras/cpu_memory.py; on by default): glibc's malloc
+# maps a compiled call's temporaries afresh on every call
+NO_REUSE = {"JAXKERAS_REUSE_CPU_MEMORY": "0"}
 FIRST_EPOCH_ROUNDS = 3  # processes of each kind for the start-up figures (1 with --quick)
 
 
@@ -210,14 +210,14 @@ def main(quick: bool = False) -> list[Row]:
         if not (cold and warm and tf):
             raise RuntimeError("bench_keras2: a side failed (see above)")
         rounds.append((cold, warm, tf))
-    tuned = None  # the ConvLSTM model again, jaxkeras with memory reuse
+    untuned = None  # the ConvLSTM model again, jaxkeras without memory reuse
     if not quick:
         args = ["--epochs", "1", "--steps", str(steps), "--convlstm", *map(str, size)]
-        tuned = (
-            _side_in_subprocess("jaxkeras", ours, args, {"KERAS_HOME": home, **REUSE}),
+        untuned = (
+            _side_in_subprocess("jaxkeras", ours, args, {"KERAS_HOME": home, **NO_REUSE}),
             _side_in_subprocess("tf_keras", theirs, args, {}),
         )
-        if not all(tuned):
+        if not all(untuned):
             raise RuntimeError("bench_keras2: a side failed (see above)")
     cold, _, theirs = rounds[0]
     rows = []
@@ -270,15 +270,15 @@ def main(quick: bool = False) -> list[Row]:
             + ("" if size == CONVLSTM_FULL else "; reduced size (quick)"),
         )
     )
-    if tuned:
+    if untuned:
         rows.append(
             ratio_row(
-                f"same, jaxkeras with `{_assignments(REUSE)}`",
-                tuned[0]["convlstm"]["steps_cpu_s"],
-                tuned[1]["convlstm"]["steps_cpu_s"],
+                f"same, jaxkeras with `{_assignments(NO_REUSE)}`",
+                untuned[0]["convlstm"]["steps_cpu_s"],
+                untuned[1]["convlstm"]["steps_cpu_s"],
                 None,
-                "glibc's malloc reuses the memory calls free (opt-in); CPU time "
-                + _step_note(*(side["convlstm"] for side in tuned)),
+                "memory reuse off: every call maps its temporaries afresh; CPU time "
+                + _step_note(*(side["convlstm"] for side in untuned)),
             )
         )
     rows.append(

@@ -1,29 +1,40 @@
 """Keeping the memory a compiled CPU call frees, so that the next call reuses it.
 
 XLA:CPU allocates a compiled call's temporaries as one block with ``malloc`` when the call
-starts and frees it when the call ends. glibc's ``malloc`` serves a block over 32 MiB with a
-fresh ``mmap`` and unmaps it on ``free``, so every call touches all of its temporaries anew:
-one page fault per 4 KiB (the conv_lstm example's train step: 375 MB, 95,000 faults per
-call).
+starts, on the thread that runs the call, and frees it when the call ends. glibc's ``malloc``
+serves a block over 32 MiB with a fresh ``mmap`` and unmaps it on ``free``, so every call
+touches all of its temporaries anew: one page fault per 4 KiB (the conv_lstm example's train
+step: 375 MB, 95,000 faults per call; ResNet20's: 21,000).
 
-:func:`reuse_cpu_memory` tells glibc, before JAX starts its threads, to serve every block from
-one heap (``M_ARENA_MAX=1``: a worker thread's own arena would ``mmap`` the block anyway) and
-never to ``mmap`` one (``M_MMAP_MAX=0``), and to keep up to 2 GiB of freed memory at the top
-of that heap (``M_TRIM_THRESHOLD``). A block freed by one call is then reused by the next,
-without faults, as TensorFlow's allocator and JAX's GPU memory pool do (the conv_lstm step:
-1.57 s of CPU time instead of 1.61 s, in ``make bench``).
+:func:`reuse_cpu_memory`, called by ``import jaxkeras``, changes three things so that a
+freed block is reused by the next call, without faults, as TensorFlow's allocator does:
 
-It is off unless asked for (``"reuse_cpu_memory": true`` in keras.json or
-``JAXKERAS_REUSE_CPU_MEMORY=1``; the environment wins), because all threads then share one
-malloc lock: two compilations side by side contend for it (Keras's digits convnet, build +
-compile + first epoch: 1.1 s instead of 0.86 s), and most models' temporaries stay under
-32 MiB, where malloc reuses them anyway. The process also keeps what it freed, and small
-blocks that settle inside a freed block make the next call take another, until the heap holds
-a few (the conv_lstm step's peak resident memory: 0.66 or 1.03 GB, against 0.67 GB without
-reuse and 1.56 GB for TF-Keras). It suits long CPU training of models with large temporaries.
+- glibc never ``mmap`` s a block (``M_MMAP_MAX=0``) and keeps up to :data:`KEEP_BYTES` of
+  freed memory at the top of its heap (``M_TRIM_THRESHOLD``);
+- JAX runs a CPU computation on the thread that calls it (``jax_cpu_enable_async_dispatch``
+  off). With asynchronous dispatch it runs on one of XLA's worker threads, whose malloc arena
+  grows in heaps of at most 64 MiB and ``mmap`` s any larger block whatever the settings;
+  the calling thread (the main one, for a training loop) allocates from glibc's main heap,
+  which grows to any size. ``K.function`` returns NumPy arrays, so it waits for the result
+  either way. ``$JAX_CPU_ENABLE_ASYNC_DISPATCH``, when set, wins;
+- ``K.function`` hands XLA each NumPy feed over 100 KiB 64-byte aligned
+  (:func:`borrowable`), so that XLA reads it where it is instead of copying it on a worker
+  thread: a call whose argument is still being copied waits for the copy and runs there.
+
+Measured in one session (Keras 2.3.1's examples, train step, CPU time): conv_lstm 1.80 s ->
+1.63 s (TF-Keras 1.58 s), cifar10_cnn 90 -> 68 ms, ResNet20 215 -> 163 ms.
+
+The cost is memory: the process keeps what it frees. A freed block stays resident until the
+process allocates again (from it), instead of going back to the system, within
+:data:`KEEP_BYTES` at the top of the heap and without bound below it (freeing an 800 MB NumPy
+array leaves the resident size where it was). Compiled calls' temporaries are what it is for;
+a program that frees large arrays to make room for other processes can turn it off:
+``"reuse_cpu_memory": false`` in keras.json or ``JAXKERAS_REUSE_CPU_MEMORY=0`` (the
+environment wins).
 
 It applies only where it can work: Linux with glibc, JAX running on CPU alone, and no JAX
-computation run yet in the process; asked for elsewhere, it warns and does nothing.
+computation run yet in the process (import jaxkeras first). Elsewhere it does nothing, and
+says why only when asked for explicitly.
 """
 
 from __future__ import annotations
@@ -37,31 +48,41 @@ import warnings
 from typing import Any
 
 import jax
+import numpy as np
 
 REUSE_ENV = "JAXKERAS_REUSE_CPU_MEMORY"
-"""Environment variable: ``1``/``on``/``true`` asks for memory reuse, ``0``/``off``/``false``
-keeps glibc's malloc as it is."""
+"""Environment variable: ``0``/``off``/``false`` leaves malloc and JAX's dispatch as they are,
+``1``/``on``/``true`` asks for memory reuse (the default) and warns where it cannot apply."""
 REUSE_KEY = "reuse_cpu_memory"
-"""keras.json key: ``true`` asks for memory reuse."""
-KEEP_BYTES = 2**31 - 1
-"""How much freed memory glibc keeps at the top of its heap (``mallopt``'s largest value)."""
+"""keras.json key: ``false`` turns memory reuse off."""
+ASYNC_DISPATCH_ENV = "JAX_CPU_ENABLE_ASYNC_DISPATCH"
+"""JAX's own variable for ``jax_cpu_enable_async_dispatch``: when set, it is left to decide."""
+KEEP_BYTES = 2**30
+"""How much freed memory glibc keeps at the top of its heap: 1 GiB, over the temporaries of a
+CPU train step of a Keras-sized model (the conv_lstm example's: 375 MB)."""
+BORROWED_BYTES = 100 * 2**10
+"""XLA:CPU copies a host array of up to 100 KiB that it cannot borrow at once, on the calling
+thread; a larger one on a worker thread."""
+ALIGNMENT = 64
+"""The alignment at which XLA:CPU borrows a host array instead of copying it."""
 
-_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc's <malloc.h>
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's <malloc.h>
 _ACCELERATOR_MODULES = ("jax_plugins", "libtpu")
 _OFF = ("0", "off", "false", "no")
 _ON = ("1", "on", "true", "yes")
 _state = {"reusing": False}
 
 
-def reuse_wanted(settings: dict[str, Any]) -> bool:
-    """Whether the user asks for memory reuse: ``$JAXKERAS_REUSE_CPU_MEMORY`` wins, then
-    keras.json's ``"reuse_cpu_memory"``; it is off by default.
+def reuse_asked(settings: dict[str, Any]) -> bool | None:
+    """What the user says of memory reuse: ``$JAXKERAS_REUSE_CPU_MEMORY`` wins, then
+    keras.json's ``"reuse_cpu_memory"``.
 
     Args:
         settings: the keras.json settings.
 
     Returns:
-        ``True`` when asked for.
+        ``True`` (asked for), ``False`` (turned off) or ``None`` (not said: it is on where it
+        can apply).
 
     Raises:
         ValueError: naming the variable or key and the value, when it is not a yes or a no.
@@ -72,8 +93,8 @@ def reuse_wanted(settings: dict[str, Any]) -> bool:
         if lowered not in _OFF + _ON:
             raise ValueError(f"jaxkeras: ${REUSE_ENV} must be one of {_ON + _OFF}, got {choice!r}")
         return lowered in _ON
-    value = settings.get(REUSE_KEY, False)
-    if not isinstance(value, bool):
+    value = settings.get(REUSE_KEY)
+    if value is not None and not isinstance(value, bool):
         raise ValueError(
             f"jaxkeras: keras.json's {REUSE_KEY!r} must be true or false, got {value!r}"
         )
@@ -127,8 +148,9 @@ def _obstacle(mallopt: Any) -> str | None:
 
 
 def reuse_cpu_memory(settings: dict[str, Any]) -> bool:
-    """Sets glibc's malloc to keep and reuse freed blocks, when asked for (see the module);
-    warns when asked for where it cannot work.
+    """Sets glibc's malloc to keep and reuse freed blocks and JAX to run CPU computations on
+    the calling thread (see the module), unless turned off; warns when it was asked for where
+    it cannot work.
 
     Call it before JAX runs anything: ``import jaxkeras`` does.
 
@@ -138,16 +160,20 @@ def reuse_cpu_memory(settings: dict[str, Any]) -> bool:
     Returns:
         Whether freed memory is reused.
     """
-    if _state["reusing"] or not reuse_wanted(settings):
+    asked = reuse_asked(settings)
+    if _state["reusing"] or asked is False:
         return _state["reusing"]
     mallopt = _mallopt()
     reason = _obstacle(mallopt)
     if reason is not None:
-        message = f"jaxkeras: {REUSE_KEY} was asked for but is not applied: {reason}"
-        warnings.warn(message, stacklevel=2)
+        if asked:
+            message = f"jaxkeras: {REUSE_KEY} was asked for but is not applied: {reason}"
+            warnings.warn(message, stacklevel=2)
         return False
-    options = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, KEEP_BYTES))
+    options = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, KEEP_BYTES))
     _state["reusing"] = all(mallopt(option, value) == 1 for option, value in options)
+    if _state["reusing"] and ASYNC_DISPATCH_ENV not in os.environ:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     return _state["reusing"]
 
 
@@ -158,3 +184,26 @@ def reusing() -> bool:
         ``True`` once it has.
     """
     return _state["reusing"]
+
+
+def borrowable(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy at an address XLA:CPU borrows, when it is over
+    :data:`BORROWED_BYTES` and is not there: XLA then reads it in place, and the call that
+    takes it runs on the calling thread (see the module).
+
+    Args:
+        array: a NumPy array.
+
+    Returns:
+        An array equal to ``array``, C-contiguous at a multiple of :data:`ALIGNMENT` when it
+        is over :data:`BORROWED_BYTES`.
+    """
+    if array.nbytes <= BORROWED_BYTES or (
+        array.flags.c_contiguous and array.ctypes.data % ALIGNMENT == 0
+    ):
+        return array
+    block = np.empty(array.nbytes + ALIGNMENT, np.uint8)
+    start = -block.ctypes.data % ALIGNMENT
+    aligned = block[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(aligned, array)
+    return aligned

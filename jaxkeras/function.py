@@ -22,7 +22,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
-from jaxkeras import graph
+from jaxkeras import cpu_memory, graph
 from jaxkeras.ahead import Ahead, planned_batch_sizes
 from jaxkeras.config import compiler_options
 from jaxkeras.graph import (
@@ -65,9 +65,11 @@ class _Input:
         self.shape = tensor.shape
         self.sparse = isinstance(tensor, Placeholder) and tensor._sparse
         self._fits: tuple | None = None  # the last shape that passed the check
+        self._borrowed = cpu_memory.reusing()  # large NumPy feeds handed over aligned
 
     def feed(self, value: Any) -> Any:
-        """Returns ``value`` as an array of this input's dtype, checked against its shape.
+        """Returns ``value`` as an array of this input's dtype, checked against its shape
+        (a large NumPy array at an address XLA borrows: :func:`cpu_memory.borrowable`).
 
         Raises:
             TypeError: when it cannot be cast to the dtype.
@@ -75,9 +77,17 @@ class _Input:
                 NaN or infinity into garbage.
         """
         if type(value) in _ARRAY_TYPES and value.dtype is self.dtype and value.shape == self._fits:
-            return value  # never for a sparse input: its _fits stays None
-        if self.sparse:
+            array = value  # never for a sparse input: its _fits stays None
+        elif self.sparse:
             return to_sparse_value(value, self.tensor.dtype)
+        else:
+            array = self._checked(value)
+        if self._borrowed and type(array) is np.ndarray and array.nbytes > _BORROWED_BYTES:
+            return cpu_memory.borrowable(array)
+        return array
+
+    def _checked(self, value: Any) -> Any:
+        """``value`` cast to this input's dtype and checked against its shape (see feed)."""
         if isinstance(value, (np.ndarray, jax.Array)) and value.dtype == self.dtype:
             array = value
         else:
@@ -425,6 +435,7 @@ class Function:
 
 
 _ARRAY_TYPES = (np.ndarray, ARRAY_TYPE)
+_BORROWED_BYTES = cpu_memory.BORROWED_BYTES
 _SEQUENCES = (list, tuple)
 
 

@@ -12,39 +12,48 @@ import sys
 import warnings
 
 import jax
+import numpy as np
 import pytest
 
 from jaxkeras import cpu_memory
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
-# A loop that carries 96 MiB: XLA:CPU keeps its buffers in the call's temporaries, one block
-# of 192 MiB, far over the 32 MiB above which glibc maps a block afresh from the OS.
+# A K.function whose loop carries 96 MiB: XLA:CPU keeps its buffers in the call's
+# temporaries, one block of 192 MiB, far over the 32 MiB above which glibc maps a block afresh
+# from the OS, and over the 64 MiB heaps of a worker thread's arena. It is fed, as Keras feeds
+# a batch, a NumPy array that is not 64-byte aligned (XLA would copy it on a worker thread).
 _FEWEST_FAULTS_OF_A_CALL = """
-import json, resource, sys
-import jax, jax.numpy as jnp
-import jaxkeras
+import json, resource
+import numpy as np
+import jax
+import jaxkeras as K
 
-def step(x):
-    return jnp.sum(jax.lax.fori_loop(0, 3, lambda i, a: jnp.sin(a) + a[::-1], x))
-
-x = jnp.arange(24 * 2**20, dtype=jnp.float32) / 2**20
-compiled = jax.jit(step).lower(x).compile()
-temp_pages = compiled.memory_analysis().temp_size_in_bytes // resource.getpagesize()
-compiled(x).block_until_ready()
+n = 24 * 2**20
+x = K.placeholder(shape=(n,))
+carried = K.foldl(lambda a, e: K.sin(a) + K.reverse(a, 0) * e, K.constant([1.0, 2.0, 3.0]), x)
+f = K.function([x], [K.sum(carried)])
+buffer = np.arange(n + 16, dtype=np.float32) / n
+feed = buffer[1 : n + 1]  # 4 bytes past an aligned address
+temp_pages = f.lower([feed]).compile().memory_analysis().temp_size_in_bytes // 4096
+first = f([feed])[0]
 faults = []
 for _ in range(8):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    compiled(x).block_until_ready()
+    f([feed])
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(json.dumps({"reusing": jaxkeras.cpu_memory.reusing(), "faults": min(faults),
-                  "temp_pages": temp_pages}))
+expected = feed.astype(np.float64)
+for e in (1.0, 2.0, 3.0):
+    expected = np.sin(expected) + expected[::-1] * e
+print(json.dumps({"reusing": K.cpu_memory.reusing(), "faults": min(faults),
+                  "temp_pages": temp_pages, "sum": float(first), "expected": expected.sum(),
+                  "async": jax.config.values["jax_cpu_enable_async_dispatch"]}))
 """
 
 
-def _fewest_faults_of_a_call(tmp_path, reuse: str) -> dict:
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), JAX_PLATFORMS="cpu")
-    env[cpu_memory.REUSE_ENV] = reuse
+def _fewest_faults_of_a_call(tmp_path, **env_vars: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _SETTINGS}
+    env.update(KERAS_HOME=str(tmp_path), JAX_PLATFORMS="cpu", **env_vars)
     out = subprocess.run(
         [sys.executable, "-c", _FEWEST_FAULTS_OF_A_CALL], env=env, capture_output=True, text=True
     )
@@ -52,35 +61,51 @@ def _fewest_faults_of_a_call(tmp_path, reuse: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+_SETTINGS = (cpu_memory.REUSE_ENV, cpu_memory.ASYNC_DISPATCH_ENV)
+
+
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
 def test_a_calls_temporaries_fault_once_not_on_every_call(tmp_path):
-    on, off = _fewest_faults_of_a_call(tmp_path, "1"), _fewest_faults_of_a_call(tmp_path, "0")
+    on = _fewest_faults_of_a_call(tmp_path)  # the default
+    off = _fewest_faults_of_a_call(tmp_path, **{cpu_memory.REUSE_ENV: "0"})
     assert on["reusing"] and not off["reusing"]
-    assert on["temp_pages"] > 20_000
+    assert not on["async"] and off["async"]  # JAX's default is left alone when off
+    assert on["temp_pages"] > 40_000
     # the fewest faults of a call: without reuse every call faults on every page of the block;
     # with it, a call finds a freed block of the size it needs (the heap may take a few calls
     # to hold one that small blocks have not split: it then keeps several)
     assert off["faults"] > 0.9 * off["temp_pages"], off
     assert on["faults"] < 0.02 * on["temp_pages"], on
+    for result in (on, off):
+        assert result["sum"] == pytest.approx(result["expected"], rel=1e-5)
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
+def test_jaxs_own_dispatch_setting_wins(tmp_path):
+    kept = _fewest_faults_of_a_call(tmp_path, **{cpu_memory.ASYNC_DISPATCH_ENV: "true"})
+    assert kept["reusing"] and kept["async"]
+    # the call then runs on a worker thread, which maps a block this large afresh
+    assert kept["faults"] > 0.9 * kept["temp_pages"], kept
 
 
 def test_the_environment_wins_over_keras_json(monkeypatch):
     monkeypatch.delenv(cpu_memory.REUSE_ENV, raising=False)
-    assert not cpu_memory.reuse_wanted({})  # opt-in
-    assert cpu_memory.reuse_wanted({cpu_memory.REUSE_KEY: True})
+    assert cpu_memory.reuse_asked({}) is None  # not said: on where it can apply
+    assert cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: False}) is False
+    assert cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: True}) is True
     monkeypatch.setenv(cpu_memory.REUSE_ENV, "off")
-    assert not cpu_memory.reuse_wanted({cpu_memory.REUSE_KEY: True})
+    assert cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: True}) is False
     monkeypatch.setenv(cpu_memory.REUSE_ENV, " Yes ")
-    assert cpu_memory.reuse_wanted({cpu_memory.REUSE_KEY: False})
+    assert cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: False}) is True
 
 
 def test_a_bad_setting_names_where_it_came_from(monkeypatch):
     monkeypatch.setenv(cpu_memory.REUSE_ENV, "maybe")
     with pytest.raises(ValueError, match=r"JAXKERAS_REUSE_CPU_MEMORY.*'maybe'"):
-        cpu_memory.reuse_wanted({})
+        cpu_memory.reuse_asked({})
     monkeypatch.delenv(cpu_memory.REUSE_ENV)
     with pytest.raises(ValueError, match=r"'reuse_cpu_memory'.*'no'"):
-        cpu_memory.reuse_wanted({cpu_memory.REUSE_KEY: "no"})
+        cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: "no"})
 
 
 def test_a_bad_keras_json_setting_fails_the_import(tmp_path):
@@ -126,6 +151,16 @@ def test_nothing_changes_once_jax_has_started(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not asked for: nothing to say
         assert not cpu_memory.reuse_cpu_memory({})
+    assert calls == [] and not cpu_memory.reusing()
+
+
+def test_turned_off_it_touches_nothing(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cpu_memory, "_state", {"reusing": False})
+    monkeypatch.setattr(cpu_memory, "_mallopt", lambda: lambda *args: calls.append(args) or 1)
+    monkeypatch.setenv(cpu_memory.REUSE_ENV, "0")
+    assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
+    assert calls == [] and not cpu_memory.reusing()
 
 
 def test_asking_on_an_accelerator_says_how_to_run_on_the_cpu(platforms, monkeypatch):
@@ -136,3 +171,47 @@ def test_asking_on_an_accelerator_says_how_to_run_on_the_cpu(platforms, monkeypa
     with pytest.warns(UserWarning, match="JAX_PLATFORMS=cpu"):
         assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
     assert not cpu_memory.reusing()
+
+
+def _offset(array: np.ndarray) -> int:
+    return array.ctypes.data % cpu_memory.ALIGNMENT
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_, np.float16])
+def test_a_large_array_is_handed_over_aligned_and_equal(dtype):
+    n = cpu_memory.BORROWED_BYTES // np.dtype(dtype).itemsize + 8
+    values = (np.arange(2 * n + 64) % 7).astype(dtype)
+    for array in (values[1 : n + 1], values[::2][:n].reshape(-1, 2)):  # unaligned, strided
+        assert _offset(array) != 0 or not array.flags.c_contiguous
+        handed = cpu_memory.borrowable(array)
+        assert _offset(handed) == 0 and handed.flags.c_contiguous
+        assert handed.dtype == array.dtype and handed.shape == array.shape
+        np.testing.assert_array_equal(handed, array)
+
+
+def test_a_small_or_aligned_array_is_handed_over_as_it_is():
+    small = np.arange(cpu_memory.BORROWED_BYTES // 4 + 1, dtype=np.float32)[1:]
+    assert small.nbytes <= cpu_memory.BORROWED_BYTES and _offset(small) != 0
+    assert cpu_memory.borrowable(small) is small
+    aligned = cpu_memory.borrowable(np.arange(10**6, dtype=np.float32)[1:])
+    assert cpu_memory.borrowable(aligned) is aligned
+
+
+def test_a_function_hands_large_numpy_feeds_over_aligned(monkeypatch):
+    import jaxkeras as K
+
+    handed = []
+    original = cpu_memory.borrowable
+
+    def borrowable(array):
+        handed.append(original(array))
+        return handed[-1]
+
+    monkeypatch.setattr(cpu_memory, "borrowable", borrowable)
+    monkeypatch.setattr(cpu_memory, "_state", {"reusing": True})
+    x = K.placeholder(shape=(None, 1000))
+    f = K.function([x], [K.sum(x, axis=1)])
+    feed = np.random.default_rng(0).random((60, 1001)).astype(np.float32)[:, 1:]  # strided
+    np.testing.assert_allclose(f([feed])[0], feed.astype(np.float64).sum(axis=1), rtol=1e-5)
+    assert len(handed) == 1 and _offset(handed[0]) == 0
+    np.testing.assert_array_equal(handed[0], feed)
