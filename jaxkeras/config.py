@@ -314,6 +314,13 @@ matrix products each (an unknown name makes every compile fail, so jax is pinned
 CPU_LIBRARY_OPS = "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 """What K.function hands YNNPACK: reductions and matrix products, not convolutions."""
 
+CPU_PASSES_FLAG = "xla_disable_hlo_passes"
+"""The XLA passes a compile skips (XLA's default: none)."""
+
+CPU_SKIPPED_PASSES = "tree_reduction_rewriter"
+"""What K.function skips: the pass that splits a large reduction into a reduce-window and a
+reduce before YNNPACK is offered it."""
+
 
 def _cores() -> int:
     """The number of CPU cores this process may run on."""
@@ -333,6 +340,7 @@ def cpu_options() -> dict[str, Any]:
         CPU_LEVEL_FLAG: 1,
         CPU_SPLIT_FLAG: min(32, _cores()),
         CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
+        CPU_PASSES_FLAG: CPU_SKIPPED_PASSES,
     }
 
 
@@ -344,7 +352,16 @@ def compiler_options() -> dict[str, Any] | None:
     step (batch 32) took 49-60 ms instead of 69-86 ms wall-clock (90-109 ms of CPU time instead
     of 102-126 ms), its cifar10_resnet's ResNet20 122-126 ms instead of 151 ms (CPU time
     within 3%), and the conv_lstm example's step as long (three interleaved rounds of each).
-    YNNPACK keeps the reductions and matrix products, where it is the faster.
+    YNNPACK keeps the reductions and matrix products, where it is the faster, and is offered
+    every reduction whole: XLA's tree-reduction rewrite, which would split a large one into a
+    reduce-window and a reduce first, is skipped. Split, a reduction whose operand XLA
+    transposes stays XLA's own, and its reduce-window reads with a large stride: the
+    gradient of BatchNormalization after a ConvLSTM2D (the RNN's outputs are time-major, their
+    cotangent batch-major) took 27 ms of the conv_lstm example's train step instead of 5 ms;
+    ``sum(x.T * 2, axis=1)`` of a 4000x2500 array 24 ms instead of 7 ms. Reductions YNNPACK
+    takes anyway compute the same; of those it does not, some get faster (a product along 2,500
+    elements, 66 -> 38 ms), some slower (an int32 minimum along 4,000, 14 -> 19 ms), and all
+    are as exact (float32 sums of up to 8 million elements within 3e-7 of float64's).
 
     Three more options make compiling quicker and leave the compiled code as fast
     (``benchmarks/bench_keras2.py``, ``benchmarks/bench_lstm.py``):
@@ -359,7 +376,7 @@ def compiler_options() -> dict[str, Any] | None:
       32): each module costs a few milliseconds of its own, and more modules than cores
       compile no sooner. On 2 cores the convnet step compiles in 0.29 s instead of 0.32 s.
 
-    A program whose ``XLA_FLAGS`` sets any of these four options keeps its choice for that
+    A program whose ``XLA_FLAGS`` sets any of these five options keeps its choice for that
     one; other backends get no options.
 
     Returns:

@@ -205,6 +205,8 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
         CPU_LEVEL_FLAG,
         CPU_LIBRARY_FLAG,
         CPU_LIBRARY_OPS,
+        CPU_PASSES_FLAG,
+        CPU_SKIPPED_PASSES,
         CPU_SPLIT_FLAG,
         compiler_options,
     )
@@ -220,10 +222,16 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
         CPU_LEVEL_FLAG: 1,
         CPU_SPLIT_FLAG: split,
         CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
+        CPU_PASSES_FLAG: CPU_SKIPPED_PASSES,
     }
     monkeypatch.setenv("XLA_FLAGS", f"--{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=8")
-    assert compiler_options() == {CPU_LEVEL_FLAG: 1, CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS}
+    assert compiler_options() == {
+        CPU_LEVEL_FLAG: 1,
+        CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
+        CPU_PASSES_FLAG: CPU_SKIPPED_PASSES,
+    }
     flags = f"--{CPU_LEVEL_FLAG}=3 --{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=32"
+    flags += f" --{CPU_PASSES_FLAG}=dce"
     monkeypatch.setenv("XLA_FLAGS", f"{flags} --{CPU_LIBRARY_FLAG}=individual_dot")
     assert compiler_options() is None
 
@@ -271,6 +279,34 @@ def test_cpu_convolutions_run_in_xla_and_reductions_in_ynnpack():
     assert "convolution" in _library_ops(by_hand.lower(feed, kernel).compile().as_text())
     for a, b in zip(f([feed]), by_hand(feed, kernel)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4 * float(np.abs(b).max()))
+
+
+def test_a_reduction_of_a_transposed_operand_is_offered_to_ynnpack_whole():
+    # BatchNormalization's gradient after the conv_lstm example's ConvLSTM2D: the RNN's
+    # outputs time-major, their cotangent batch-major
+    import jax
+    import numpy as np
+
+    from jaxkeras.config import CPU_PASSES_FLAG, compiler_options
+
+    if jax.default_backend() != "cpu":
+        return
+    rng = np.random.default_rng(0)
+    time_major = rng.random((15, 10, 40, 40, 40), np.float32)
+    batch_major = rng.random((10, 15, 40, 40, 40), np.float32)
+    a, b = K.placeholder(time_major.shape), K.placeholder(batch_major.shape)
+    product = K.permute_dimensions(a, (1, 0, 2, 3, 4)) * b
+    f = K.function([a, b], [K.sum(product, axis=(0, 1, 2, 3))])
+    hlo = f.lower([time_major, batch_major]).compile().as_text()
+    assert "reduce-window" not in hlo and "reduce" in _library_ops(hlo)
+    expected = np.einsum("tbhwc,bthwc->c", time_major.astype(np.float64), batch_major)
+    np.testing.assert_allclose(f([time_major, batch_major])[0], expected, rtol=1e-5)
+
+    # the same options but the skipped pass: XLA splits the sum into a reduce-window
+    options = {k: v for k, v in compiler_options().items() if k != CPU_PASSES_FLAG}
+    by_hand = jax.jit(lambda x, y: (x.transpose(1, 0, 2, 3, 4) * y).sum(axis=(0, 1, 2, 3)))
+    lowered = by_hand.lower(time_major, batch_major)
+    assert "reduce-window" in lowered.compile(options).as_text()
 
 
 def test_the_quick_compiler_options_compute_the_same_bits():
