@@ -1,18 +1,21 @@
 """jaxkeras: the classic Keras backend API (``keras.backend``) on JAX.
 
 ``import jaxkeras as K`` gives every backend function at top level; the optax bridge is the
-submodule ``K.optimizers`` (``OptaxOptimizer``). Multi-backend Keras 2.3.1 loads this module
+submodule ``K.optimizers`` (``OptaxOptimizer``). Importing it changes no process-wide setting
+of JAX, XLA, NumPy or the C library; the ones it can make for you are opt-in
+(``K.process``). Multi-backend Keras 2.3.1 loads this module
 as an external backend with ``KERAS_BACKEND=jaxkeras``.
 """
 
 from jaxkeras import config as _config
-from jaxkeras import cpu_memory as _cpu_memory
 from jaxkeras import (
     distribution,  # Keras 3's keras.distribution: K.distribution.DataParallel, not flat
     optimizers,  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
+    process,  # the opt-in process-wide settings: K.process.enable_compilation_cache, not flat
 )
 from jaxkeras import keras2 as _keras2
 from jaxkeras.checkpoint import restore_checkpoint, save_checkpoint
+from jaxkeras.checks import NarrowedDtypeWarning
 from jaxkeras.compat import (
     Session,
     clear_session,
@@ -89,7 +92,6 @@ if _keras2.loaded_by_keras():
 else:
     _settings = _config.load_keras_json()
     _keras2.watch_for_keras()
-_cpu_memory.reuse_cpu_memory(_settings)
-_config.enable_compilation_cache(_settings)
+process.apply_settings(_settings)  # only what the environment or keras.json asks for
 
 __version__ = "0.1.0"

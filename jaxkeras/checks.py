@@ -11,6 +11,7 @@ failing call changes nothing.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkeras.config import enable_x64_for, floatx, normalize_data_format
+from jaxkeras.config import floatx, normalize_data_format
 from jaxkeras.graph import ARRAY_TYPES, Node, VariableNode, standardize_dtype, static_shape
 from jaxkeras.graph.base import is_int
 from jaxkeras.graph.dtypes import ALIASES as _ALIASES
@@ -242,22 +243,47 @@ def check_axes_of(fn: str, arg: str, x: Any, axis: Any) -> tuple | None:
 # dtypes
 
 
+class NarrowedDtypeWarning(UserWarning):
+    """A 64-bit dtype was asked for while JAX's 64-bit mode is off, and its 32-bit
+    counterpart is used (warned once per process)."""
+
+
+_NARROWING = {"warned": False}
+
+
 def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dtype") -> str:
     """Returns the canonical name of a requested ``dtype`` (``None``: ``default``, else floatx).
 
-    A 64-bit request turns on JAX's 64-bit mode (see :func:`jaxkeras.config.enable_x64_for`),
-    so the name returned is the one asked for: nothing is downcast silently.
+    With JAX's 64-bit mode off (its default), a 64-bit request (``int64``, ``uint64``,
+    ``float64``, ``complex128``) is narrowed to its 32-bit counterpart, as JAX itself and
+    Keras 3 on JAX do, with one :class:`NarrowedDtypeWarning` per process saying how to get
+    64-bit types: jaxkeras never turns on 64-bit mode for the whole process behind the
+    user's back (Keras 2's optimizers ask for an ``int64`` step counter; it counts in int32).
 
     Raises:
         TypeError: for an unknown dtype.
     """
     dtype = default or floatx() if dtype is None else dtype
     try:
-        standardize_dtype(dtype, arg=arg)  # an unknown dtype fails here, changing nothing
+        name = standardize_dtype(dtype, arg=arg)
     except TypeError as err:
         raise TypeError(f"{fn}: {err}") from None
-    enable_x64_for(_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
-    return standardize_dtype(dtype, arg=arg)
+    if not _NARROWING["warned"] and name in _NARROWED_FROM:
+        asked = np.dtype(_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype).name
+        if asked != name:
+            _NARROWING["warned"] = True
+            warnings.warn(
+                f"{fn}: {arg}={asked} is computed as {name}, because JAX's 64-bit mode is off "
+                "(jaxkeras narrows 64-bit requests rather than turning it on for the whole "
+                "process). For 64-bit types, call jax.config.update('jax_enable_x64', True) "
+                "before building, or K.set_floatx('float64'). This warning is shown once.",
+                NarrowedDtypeWarning,
+                stacklevel=3,
+            )
+    return name
+
+
+_NARROWED_FROM = frozenset({"int32", "uint32", "float32", "complex64"})
 
 
 def check_integer_tensor(fn: str, arg: str, x: Any) -> Any:

@@ -1,5 +1,5 @@
-"""Global settings (floatx, epsilon, image data format) read once from keras.json, and JAX's
-persistent compilation cache, on by default beside it."""
+"""Keras's settings (floatx, epsilon, image data format), read once from keras.json, and the
+XLA options of the functions jaxkeras compiles."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental.compilation_cache import compilation_cache
 
 _FLOATX_CHOICES = ("float16", "bfloat16", "float32", "float64")
 _DATA_FORMATS = ("channels_last", "channels_first")
@@ -39,22 +38,15 @@ def keras_home() -> str:
     return os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
 
 
-def enable_x64_for(dtype: Any) -> None:
-    """Turns on JAX's 64-bit mode (``jax_enable_x64``) when ``dtype`` is a 64-bit type.
-
-    Without it JAX would silently make 32-bit arrays of a 64-bit request; jaxkeras never
-    downcasts silently, so asking for ``int64``, ``uint64``, ``float64`` or ``complex128``
-    (a dtype argument, ``set_floatx('float64')``) turns the mode on, for the whole process.
+def enable_x64_for(floatx_name: Any) -> None:
+    """Turns on JAX's 64-bit mode (``jax_enable_x64``, process-wide) when floatx is set to
+    ``'float64'``: the user asked for 64-bit floats everywhere. Any other 64-bit request is
+    narrowed instead (``jaxkeras.checks.check_dtype``).
 
     Args:
-        dtype: a dtype or dtype name.
+        floatx_name: the new floatx.
     """
-    try:
-        wide = np.dtype(dtype).itemsize == 8 and np.dtype(dtype).kind in "iufc"
-        wide = wide or np.dtype(dtype) == np.complex128
-    except TypeError:
-        return
-    if wide and not jax.config.jax_enable_x64:
+    if str(floatx_name) == "float64" and not jax.config.jax_enable_x64:
         jax.config.update("jax_enable_x64", True)
 
 
@@ -74,8 +66,9 @@ def floatx() -> str:
 def set_floatx(value: str) -> None:
     """Sets the default float type.
 
-    ``'float64'`` turns on JAX's 64-bit mode (``jax_enable_x64``) so that float64 arrays really
-    are 64-bit.
+    ``'float64'`` turns on JAX's 64-bit mode (``jax_enable_x64``), for the whole process, so
+    that float64 arrays really are 64-bit: the one process-wide setting jaxkeras makes
+    without a switch of its own, since asking for float64 everywhere is that switch.
 
     Args:
         value: ``'float16'``, ``'bfloat16'``, ``'float32'`` or ``'float64'``.
@@ -224,73 +217,6 @@ def load_keras_json(path: str | None = None) -> dict[str, Any]:
     except ValueError as err:
         raise ValueError(f"jaxkeras: cannot read Keras config file {path}: {err}") from err
     return data
-
-
-# ---------------------------------------------------------------------------------------------
-# JAX's persistent compilation cache
-
-CACHE_ENV = "JAXKERAS_COMPILATION_CACHE"
-"""Environment variable: a folder for the compilation cache, or ``0``/``off`` to disable it."""
-CACHE_KEY = "jax_compilation_cache"
-"""keras.json key: a folder for the compilation cache, or ``false`` to disable it."""
-CACHE_MAX_BYTES = 2 * 2**30
-"""The cache's size cap: the least recently used entries go beyond it."""
-CACHE_MIN_COMPILE_SECS = 0.05
-"""Compilations shorter than this are not written (each write costs a few milliseconds; a
-read saves the compile, e.g. the 0.1-0.3 s of a random-weight draw of a new size)."""
-_OFF = ("", "0", "off", "false", "no", "none")
-
-
-def compilation_cache_dir(settings: dict[str, Any]) -> str | None:
-    """Where jaxkeras keeps JAX's persistent compilation cache, or ``None`` when disabled.
-
-    ``$JAXKERAS_COMPILATION_CACHE`` wins, then keras.json's ``"jax_compilation_cache"``, else
-    ``jax_cache`` beside keras.json.
-
-    Args:
-        settings: the keras.json settings.
-
-    Returns:
-        A folder, or ``None``.
-    """
-    choice = os.environ.get(CACHE_ENV)
-    if choice is None and CACHE_KEY in settings:
-        choice = settings[CACHE_KEY]
-        if choice is False or choice is None:
-            return None
-        if not isinstance(choice, str):
-            raise ValueError(
-                f"jaxkeras: keras.json's {CACHE_KEY!r} must be a folder or false, got {choice!r}"
-            )
-    if choice is None:
-        return os.path.join(keras_home(), "jax_cache")
-    return None if choice.strip().lower() in _OFF else os.path.expanduser(choice)
-
-
-def enable_compilation_cache(settings: dict[str, Any]) -> str | None:
-    """Turns on JAX's persistent compilation cache (size-capped) unless it is disabled, or the
-    program already chose a cache folder itself (``jax_compilation_cache_dir``, which wins).
-
-    Compiled functions are then reused by later processes, which cuts their start-up time.
-
-    Args:
-        settings: the keras.json settings.
-
-    Returns:
-        The cache folder in use, or ``None``.
-    """
-    if jax.config.jax_compilation_cache_dir:
-        return jax.config.jax_compilation_cache_dir
-    folder = compilation_cache_dir(settings)
-    if folder is None:
-        return None
-    jax.config.update("jax_compilation_cache_dir", folder)
-    if jax.config.jax_persistent_cache_min_compile_time_secs == 1.0:  # JAX's default
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECS)
-    if jax.config.jax_compilation_cache_max_size == -1:  # JAX's default: unbounded
-        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
-    compilation_cache.reset_cache()  # JAX decides whether to use it at its first compile
-    return folder
 
 
 # ---------------------------------------------------------------------------------------------

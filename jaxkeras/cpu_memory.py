@@ -6,7 +6,7 @@ serves a block over 32 MiB with a fresh ``mmap`` and unmaps it on ``free``, so e
 touches all of its temporaries anew: one page fault per 4 KiB (the conv_lstm example's train
 step: 375 MB, 95,000 faults per call; ResNet20's: 21,000).
 
-:func:`reuse_cpu_memory`, called by ``import jaxkeras``, changes three things so that a
+:func:`reuse_cpu_memory` (opt-in, see :mod:`jaxkeras.process`) changes three things so that a
 freed block is reused by the next call, without faults, as TensorFlow's allocator does:
 
 - glibc never ``mmap`` s a block (``M_MMAP_MAX=0``) and keeps up to :data:`KEEP_BYTES` of
@@ -16,10 +16,15 @@ freed block is reused by the next call, without faults, as TensorFlow's allocato
   grows in heaps of at most 64 MiB and ``mmap`` s any larger block whatever the settings;
   the calling thread (the main one, for a training loop) allocates from glibc's main heap,
   which grows to any size. ``K.function`` returns NumPy arrays, so it waits for the result
-  either way. ``$JAX_CPU_ENABLE_ASYNC_DISPATCH``, when set, wins;
+  either way;
 - ``K.function`` hands XLA each NumPy feed over 100 KiB 64-byte aligned
   (:func:`borrowable`), so that XLA reads it where it is instead of copying it on a worker
   thread: a call whose argument is still being copied waits for the copy and runs there.
+  This part changes nothing outside jaxkeras and is always on.
+
+The first two are process-wide (every NumPy array and every ``jax.jit`` of the program is
+affected), so they are off unless asked for: ``JAXKERAS_REUSE_CPU_MEMORY=1``, keras.json's
+``"reuse_cpu_memory": true``, or ``jaxkeras.process.reuse_cpu_memory()``.
 
 Measured in one session (Keras 2.3.1's examples, train step, CPU time): conv_lstm 1.80 s ->
 1.63 s (TF-Keras 1.58 s), cifar10_cnn 90 -> 68 ms, ResNet20 215 -> 163 ms.
@@ -28,13 +33,11 @@ The cost is memory: the process keeps what it frees. A freed block stays residen
 process allocates again (from it), instead of going back to the system, within
 :data:`KEEP_BYTES` at the top of the heap and without bound below it (freeing an 800 MB NumPy
 array leaves the resident size where it was). Compiled calls' temporaries are what it is for;
-a program that frees large arrays to make room for other processes can turn it off:
-``"reuse_cpu_memory": false`` in keras.json or ``JAXKERAS_REUSE_CPU_MEMORY=0`` (the
-environment wins).
+that is why it is opt-in.
 
 It applies only where it can work: Linux with glibc, JAX running on CPU alone, and no JAX
-computation run yet in the process (import jaxkeras first). Elsewhere it does nothing, and
-says why only when asked for explicitly.
+computation run yet in the process (ask for it before anything runs). Elsewhere it does
+nothing and warns why.
 """
 
 from __future__ import annotations
@@ -51,12 +54,10 @@ import jax
 import numpy as np
 
 REUSE_ENV = "JAXKERAS_REUSE_CPU_MEMORY"
-"""Environment variable: ``0``/``off``/``false`` leaves malloc and JAX's dispatch as they are,
-``1``/``on``/``true`` asks for memory reuse (the default) and warns where it cannot apply."""
+"""Environment variable: ``1``/``on``/``true`` asks for memory reuse, ``0``/``off``/``false``
+(the default) leaves malloc and JAX's dispatch as they are."""
 REUSE_KEY = "reuse_cpu_memory"
-"""keras.json key: ``false`` turns memory reuse off."""
-ASYNC_DISPATCH_ENV = "JAX_CPU_ENABLE_ASYNC_DISPATCH"
-"""JAX's own variable for ``jax_cpu_enable_async_dispatch``: when set, it is left to decide."""
+"""keras.json key: ``true`` asks for memory reuse."""
 KEEP_BYTES = 2**30
 """How much freed memory glibc keeps at the top of its heap: 1 GiB, over the temporaries of a
 CPU train step of a Keras-sized model (the conv_lstm example's: 375 MB)."""
@@ -147,32 +148,26 @@ def _obstacle(mallopt: Any) -> str | None:
     return None
 
 
-def reuse_cpu_memory(settings: dict[str, Any]) -> bool:
+def reuse_cpu_memory() -> bool:
     """Sets glibc's malloc to keep and reuse freed blocks and JAX to run CPU computations on
-    the calling thread (see the module), unless turned off; warns when it was asked for where
-    it cannot work.
+    the calling thread (see the module); warns, changing nothing, where it cannot work.
 
-    Call it before JAX runs anything: ``import jaxkeras`` does.
-
-    Args:
-        settings: the keras.json settings.
+    Both are process-wide: call it (or ask for it through :mod:`jaxkeras.process`'s switches)
+    before JAX runs anything.
 
     Returns:
         Whether freed memory is reused.
     """
-    asked = reuse_asked(settings)
-    if _state["reusing"] or asked is False:
-        return _state["reusing"]
+    if _state["reusing"]:
+        return True
     mallopt = _mallopt()
     reason = _obstacle(mallopt)
     if reason is not None:
-        if asked:
-            message = f"jaxkeras: {REUSE_KEY} was asked for but is not applied: {reason}"
-            warnings.warn(message, stacklevel=2)
+        warnings.warn(f"jaxkeras: CPU memory reuse is not applied: {reason}", stacklevel=2)
         return False
     options = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, KEEP_BYTES))
     _state["reusing"] = all(mallopt(option, value) == 1 for option, value in options)
-    if _state["reusing"] and ASYNC_DISPATCH_ENV not in os.environ:
+    if _state["reusing"]:
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     return _state["reusing"]
 

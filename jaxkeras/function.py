@@ -34,6 +34,7 @@ from jaxkeras.graph import (
     LearningPhase,
     Placeholder,
     Symbolic,
+    call_key,
     derive_key,
     evaluate,
     op,
@@ -65,7 +66,7 @@ class _Input:
         self.shape = tensor.shape
         self.sparse = isinstance(tensor, Placeholder) and tensor._sparse
         self._fits: tuple | None = None  # the last shape that passed the check
-        self._borrowed = cpu_memory.reusing()  # large NumPy feeds handed over aligned
+        self._borrowed = jax.default_backend() == "cpu"  # large NumPy feeds handed over aligned
 
     def feed(self, value: Any) -> Any:
         """Returns ``value`` as an array of this input's dtype, checked against its shape
@@ -204,11 +205,18 @@ class Function:
     ) -> tuple[list[Any], dict[str, Any]]:
         """The graph as a pure function, for ``jax.jit``, ``vmap``, ``lax.scan`` and sharding.
 
+        It is the computation a call of ``f`` runs: for the same state, feeds and key it
+        computes the same numbers, bit for bit, when compiled with ``f``'s options
+        (``jax.jit(f.pure, compiler_options=f.compiler_options)``). A call of ``f`` uses the
+        key :meth:`next_key` returns; each random op draws from ``fold_in(rng, its seed)``.
+        What ``f`` adds around it is layout (its small variables packed into one buffer, the
+        updated ones donated) and bookkeeping (committing the new state, counting runs).
+
         Args:
             state_values: variable name -> value; must hold :attr:`variable_names` (extra entries
                 pass through unchanged). ``f.state()`` gives the current values.
-            rng: a JAX key (e.g. ``jax.random.PRNGKey(i)``); each random op's key is
-                ``fold_in(rng, its seed)``.
+            rng: a JAX key (e.g. ``jax.random.PRNGKey(i)``, or ``f.next_key()`` for the numbers
+                ``f``'s next call draws).
             feeds: one value per input, in order, leaving out the learning-phase tensor.
             learning_phase: 0 or 1 (a Python int); default the global learning phase.
 
@@ -235,7 +243,8 @@ class Function:
         layout = self._layout
         state = layout.state(args)
         keys = {
-            node: derive_key(rng[0], node._seed, rng[i + 1]) for i, node in enumerate(self._random)
+            node: derive_key(rng[0], rng[2 * i + 1], rng[2 * i + 2])
+            for i, node in enumerate(self._random)
         }
         ctx = Context(state=state, learning_phase=phase, keys=keys)
         outputs, new = self._evaluate(ctx, feeds)
@@ -268,7 +277,7 @@ class Function:
 
         if jax.process_count() > 1:
             self._convert = to_numpy
-        options = compiler_options()
+        options = self.compiler_options
         donated = self._layout.donated
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if donated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
@@ -295,6 +304,33 @@ class Function:
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
         return get_state(self.variable_names)
+
+    def next_key(self) -> jax.Array:
+        """The key the next call of this function draws its random numbers from, to give
+        :meth:`pure` for the same numbers: ``fold_in(PRNGKey(global seed), run)``, where
+        ``run`` is how many times its random ops have run (counting nothing).
+
+        Returns:
+            A JAX key (raw ``uint32[2]`` data).
+
+        Raises:
+            ValueError: when its random ops have run different numbers of times (some ran in
+                other functions too): then no one key gives the numbers of its next call.
+        """
+        runs = sorted(set(STORE.next_runs(self._random)))
+        if len(runs) > 1:
+            raise ValueError(
+                f"next_key: this function's random ops have run {runs} times (some also ran "
+                "elsewhere), so its next call draws from one key per op, not one key"
+            )
+        return call_key(STORE.seed, runs[0] if runs else 0)
+
+    @property
+    def compiler_options(self) -> dict[str, Any] | None:
+        """The XLA options this function is compiled with, for a ``jax.jit`` of your own
+        (``jax.jit(f.pure, compiler_options=f.compiler_options)``); ``None`` for XLA's
+        defaults (see :func:`jaxkeras.config.compiler_options`)."""
+        return compiler_options()
 
     # calling -----------------------------------------------------------------------------------
 
@@ -334,7 +370,7 @@ class Function:
             JAX's ``Lowered`` object.
         """
         phase, feeds = self._feeds(inputs)
-        rng = (np.zeros(len(self._random) + 1, np.uint32),) if self._random else ()
+        rng = (np.zeros(2 * len(self._random) + 1, np.uint32),) if self._random else ()
         with STORE.lock.write():
             args = (*self._state_args(), *rng, *feeds)
             compiled = self._compiled.get(phase) or self._compile(phase, args)

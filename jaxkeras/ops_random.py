@@ -21,13 +21,12 @@ from jaxkeras.checks import (
     check_shape_arg,
     check_variable_shape,
 )
+from jaxkeras.config import compiler_options
 from jaxkeras.graph import Node, op
-from jaxkeras.graph.context import threefry_bits
 from jaxkeras.ops_common import (
     TensorLike,
     concrete_dims,
 )
-from jaxkeras.summation import two_sum
 
 __all__ = [
     "random_bernoulli",
@@ -43,13 +42,16 @@ _TRUNCATION = 2.0  # truncated_normal redraws values beyond this many standard d
 
 
 # Drawing ``n`` numbers compiles JAX's random-bit generator for that size, which takes up to a
-# second on CPU, per shape; Keras initializes each weight with its own shape. Eager draws are
-# therefore made at a bucketed flat size and cut to the shape: with JAX's partitionable
-# threefry (its default), draws are prefix-stable and independent of the shape, so the numbers
-# are the same as a draw of that exact shape, and a model compiles a few buckets, not every
-# shape. The smallest bucket (65536 numbers, drawn in under a millisecond) holds every weight
-# of a small model, which then compiles one. Draws inside compiled graphs (traced keys) are
-# made at their exact shape.
+# second on CPU, per shape; Keras initializes each weight with its own shape. Where JAX's key
+# implementation is its partitionable Threefry (its defaults), a draw is prefix-stable and
+# independent of the shape: the first ``n`` numbers of a longer flat draw are the numbers of a
+# draw of ``n``, in any shape. Eager draws are then made at a bucketed flat size and cut to the
+# shape, so a model compiles a few buckets, not every shape: the smallest bucket (65536 numbers,
+# drawn in under a millisecond) holds every weight of a small model, which then compiles one.
+# Under other settings an eager draw is made at its exact shape. Either way it is the same
+# jax.random computation as in a compiled graph, compiled with K.function's compiler options,
+# so a seeded node draws the same numbers eagerly and compiled (benchmarks/bench_overhead.py
+# measures what a fresh process pays for it).
 _MIN_BUCKET = 1 << 16
 
 
@@ -64,40 +66,27 @@ def _sample(key: Any, a: Any, b: Any, *, kind: str, shape: tuple, dtype: str) ->
     return jax.random.bernoulli(key, a, shape).astype(dtype)
 
 
-_bucketed_sample = jax.jit(_sample, static_argnames=("kind", "shape", "dtype"))
-
-# Keras initializes most weights with uniform draws (glorot_uniform, he_uniform, ...): eager
-# float32 uniform draws of up to this many numbers are computed in NumPy (see _numpy_uniform),
-# which saves compiling the generator (0.15 s on CPU) in a fresh process.
-_NUMPY_UNIFORM_LIMIT = 1 << 20
+_EAGER_SAMPLERS: dict = {}
 
 
-def _numpy_uniform(key: Any, n: int, a: Any, b: Any) -> np.ndarray:
-    """``a + (b - a) * jax.random.uniform(key, (n,))`` as :func:`_sample` computes it in float32,
-    bit for bit: JAX's Threefry bits and mantissa trick, and the affine map as XLA fuses it, one
-    multiply-add rounded once (emulated in float64: the product is exact there, and the sum,
-    rounded to odd, rounds to float32 as the exact sum would)."""
-    bits = threefry_bits(key, n)
-    u = ((bits >> np.uint32(9)) | np.uint32(0x3F800000)).view(np.float32) - np.float32(1)
-    low = np.float64(np.float32(a))
-    product = np.float64(np.float32(b) - np.float32(a)) * u
-    total, error = two_sum(low, product)
-    inexact_even = (error != 0) & ((total.view(np.uint64) & np.uint64(1)) == 0)
-    total = np.where(inexact_even, np.nextafter(total, np.copysign(np.inf, error)), total)
-    return total.astype(np.float32)
+def _eager_sample(key: Any, a: Any, b: Any, *, kind: str, shape: tuple, dtype: str) -> Any:
+    """:func:`_sample`, compiled as ``K.function`` compiles (made at the first draw: the
+    options depend on the backend, which importing must not start)."""
+    options = compiler_options()
+    signature = None if options is None else tuple(sorted(options.items()))
+    sampler = _EAGER_SAMPLERS.get(signature)
+    if sampler is None:
+        sampler = jax.jit(
+            _sample, static_argnames=("kind", "shape", "dtype"), compiler_options=options
+        )
+        _EAGER_SAMPLERS[signature] = sampler
+    return sampler(key, a, b, kind=kind, shape=shape, dtype=dtype)
 
 
-def _numpy_draws(kind: str, dtype: str, a: Any, b: Any, n: int) -> bool:
-    """Whether :func:`_numpy_uniform` gives the numbers of this eager draw."""
+def _prefix_stable() -> bool:
+    """Whether JAX's settings make a draw of ``n`` numbers the prefix of any longer draw."""
     return (
-        kind == "uniform"
-        and dtype == "float32"
-        and n <= _NUMPY_UNIFORM_LIMIT
-        and isinstance(a, (float, np.floating))
-        and isinstance(b, (float, np.floating))
-        and not jax.config.jax_enable_x64
-        and jax.config.jax_default_prng_impl == "threefry2x32"
-        and jax.config.jax_threefry_partitionable
+        jax.config.jax_default_prng_impl == "threefry2x32" and jax.config.jax_threefry_partitionable
     )
 
 
@@ -108,10 +97,10 @@ def _draw(kind: str, key: Any, shape: Any, a: Any, b: Any, dtype: str) -> Any:
     eager = not isinstance(key, jax.core.Tracer) and np.ndim(a) == 0 and np.ndim(b) == 0
     if not eager or n == 0:
         return _sample(key, a, b, kind=kind, shape=dims, dtype=dtype)
-    if _numpy_draws(kind, dtype, a, b, n):
-        return _numpy_uniform(key, n, a, b).reshape(dims)
+    if not _prefix_stable():
+        return _eager_sample(key, a, b, kind=kind, shape=dims, dtype=dtype)
     size = max(_MIN_BUCKET, 1 << (n - 1).bit_length())
-    flat = _bucketed_sample(key, a, b, kind=kind, shape=(size,), dtype=dtype)
+    flat = _eager_sample(key, a, b, kind=kind, shape=(size,), dtype=dtype)
     return np.asarray(flat)[:n].reshape(dims)
 
 

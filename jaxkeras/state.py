@@ -261,18 +261,25 @@ class Store:
         return graph.eager_key(base, seed, run)
 
     def take_runs(self, nodes: Sequence[Any]) -> np.ndarray:
-        """Counts one run of each of ``nodes``; returns ``[seed, run_1, ..., run_n]`` before it.
+        """Counts one run of each of ``nodes``; returns the table a compiled function derives
+        their keys from: ``[base, seed_1, run_1, ..., seed_n, run_n]`` (runs before it).
 
-        Compiled functions derive their random nodes' keys from this table inside the
-        computation (``graph.derive_key``), so a call costs no key computation in Python.
+        The seeds travel as runtime arguments, not constants, so that the same graph built
+        with other seeds (Keras draws an unseeded op's from NumPy) compiles to the same
+        program, which JAX's compilation cache can share across processes.
         """
         with self._rng_lock:
             table = [self.seed]
             for node in nodes:
                 run = self._runs_of(node)
-                table.append(run)
+                table += (node._seed & 0xFFFFFFFF, run & 0xFFFFFFFF)
                 self.runs[node] = run + 1
         return np.asarray(table, dtype=np.uint32)
+
+    def next_runs(self, nodes: Sequence[Any]) -> list[int]:
+        """Returns how many times each of ``nodes`` has run (counting nothing)."""
+        with self._rng_lock:
+            return [self._runs_of(node) for node in nodes]
 
     def _runs_of(self, node: Any) -> int:
         run = self.runs.get(node)

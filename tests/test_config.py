@@ -94,18 +94,45 @@ def test_missing_keras_json_is_fine(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "float32"
 
 
-def test_64_bit_dtypes_are_never_downcast(tmp_path):
-    # A 64-bit request turns on JAX's 64-bit mode (for the process), as float64 floatx does;
-    # float32 code keeps float32. Run in a fresh process: the mode is process-wide.
+@pytest.mark.slow
+def test_64_bit_dtypes_are_narrowed_with_one_warning_unless_x64_is_on(tmp_path):
+    # JAX's 64-bit mode off (its default): a 64-bit request computes in 32 bits, with one
+    # warning per process, and the mode stays off for the user's own code
     code = """
-import jax, numpy as np, jaxkeras as K
-assert not jax.config.jax_enable_x64
+import warnings, jax, jax.numpy as jnp, numpy as np, jaxkeras as K
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    it = K.variable(0, dtype="int64", name="iterations")
+    idx = K.placeholder((None,), dtype="int64")
+    g = K.function([idx], [idx * 2], updates=[K.update_add(it, 1)])
+    out = g([np.array([3], np.int64)])[0]
+    assert K.dtype(K.cast(np.ones(2), "float64")) == "float32"
+narrowed = [w for w in caught if issubclass(w.category, K.NarrowedDtypeWarning)]
+assert len(narrowed) == 1, [str(w.message) for w in caught]
+message = str(narrowed[0].message)
+assert "int64" in message and "int32" in message and "jax_enable_x64" in message, message
+assert it.dtype == "int32" and out.dtype == np.int32 and int(out[0]) == 6
+assert int(K.get_value(it)) == 1
+assert not jax.config.jax_enable_x64 and jnp.zeros(3).dtype == jnp.float32
+print("ok")
+"""
+    out = _run(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.slow
+def test_64_bit_dtypes_are_kept_when_the_user_turned_x64_on(tmp_path):
+    code = """
+import warnings, jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+import jaxkeras as K
+warnings.simplefilter("error")  # nothing is narrowed: nothing to say
 w = K.variable(np.ones((2, 2)))
 x = K.placeholder((None, 2))
 f = K.function([x], [K.dot(x, w)])
 assert f([np.ones((1, 2))])[0].dtype == np.float32
 it = K.variable(0, dtype="int64", name="iterations")
-assert jax.config.jax_enable_x64
 assert it.dtype == "int64" and K.get_value(it).dtype == np.int64
 big = K.variable(2**40, dtype="int64")
 assert int(K.get_value(big)) == 2**40
@@ -123,6 +150,24 @@ print("ok")
     out = _run(code, tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.slow
+def test_float64_floatx_turns_x64_on(tmp_path):
+    # asking for 64-bit floats everywhere is the one switch that changes JAX's mode
+    code = """
+import jax, numpy as np, jaxkeras as K
+assert not jax.config.jax_enable_x64
+K.set_floatx("float64")
+assert jax.config.jax_enable_x64 and K.get_value(K.variable(1.0)).dtype == np.float64
+print("ok")
+"""
+    out = _run(code, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    (tmp_path / "keras.json").write_text(json.dumps({"floatx": "float64"}))
+    out = _run("import jax, jaxkeras; print(jax.config.jax_enable_x64)", tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
 
 
 def test_an_unknown_dtype_changes_no_mode(tmp_path):
@@ -166,28 +211,37 @@ def _cache_run(home, **env):
     return folder, hit == "True"
 
 
-def test_compilation_cache_is_on_beside_keras_json_and_reused(tmp_path):
-    folder, hit = _cache_run(tmp_path)
+@pytest.mark.slow
+def test_compilation_cache_is_off_unless_asked_for(tmp_path):
+    assert _cache_run(tmp_path) == ("None", False)
+    assert not (tmp_path / "jax_cache").exists()
+    (tmp_path / "keras.json").write_text(json.dumps({"jax_compilation_cache": False}))
+    assert _cache_run(tmp_path)[0] == "None"
+
+
+@pytest.mark.slow
+def test_compilation_cache_asked_for_is_beside_keras_json_and_reused(tmp_path):
+    folder, hit = _cache_run(tmp_path, JAXKERAS_COMPILATION_CACHE="1")
     assert folder == str(tmp_path / "jax_cache") and not hit
     assert any((tmp_path / "jax_cache").iterdir())  # entries were written
+    (tmp_path / "keras.json").write_text(json.dumps({"jax_compilation_cache": True}))
     assert _cache_run(tmp_path) == (folder, True)  # a second process compiles from the cache
 
 
-def test_compilation_cache_can_be_moved_or_disabled(tmp_path):
+@pytest.mark.slow
+def test_compilation_cache_can_be_put_anywhere(tmp_path):
     moved = tmp_path / "elsewhere"
     assert _cache_run(tmp_path, JAXKERAS_COMPILATION_CACHE=str(moved))[0] == str(moved)
-    assert _cache_run(tmp_path, JAXKERAS_COMPILATION_CACHE="off")[0] == "None"
-    (tmp_path / "keras.json").write_text(json.dumps({"jax_compilation_cache": False}))
-    assert _cache_run(tmp_path)[0] == "None"
     (tmp_path / "keras.json").write_text(json.dumps({"jax_compilation_cache": str(moved)}))
     assert _cache_run(tmp_path)[0] == str(moved)
+    assert _cache_run(tmp_path, JAXKERAS_COMPILATION_CACHE="off")[0] == "None"  # env wins
     own = tmp_path / "own"  # a program's own JAX setting wins
     assert _cache_run(tmp_path, JAX_COMPILATION_CACHE_DIR=str(own))[0] == str(own)
 
 
-def test_compilation_cache_is_size_capped(tmp_path):
-    environ = dict(os.environ, KERAS_HOME=str(tmp_path))
-    environ.pop("JAXKERAS_COMPILATION_CACHE", None)
+@pytest.mark.slow
+def test_compilation_cache_asked_for_is_size_capped(tmp_path):
+    environ = dict(os.environ, KERAS_HOME=str(tmp_path), JAXKERAS_COMPILATION_CACHE="on")
     environ.pop("JAX_COMPILATION_CACHE_MAX_SIZE", None)
     code = "import jax, jaxkeras; print(jax.config.jax_compilation_cache_max_size)"
     out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True)

@@ -1,6 +1,6 @@
-"""Memory reuse on CPU: a compiled call's temporaries stop page-faulting on every call, the
-setting is read from the environment and keras.json, and it is left alone where it cannot
-work."""
+"""Memory reuse on CPU (opt-in): asked for, a compiled call's temporaries stop page-faulting on
+every call; the switch is read from the environment and keras.json, off by default, and left
+alone where it cannot work."""
 
 import importlib.metadata
 import importlib.util
@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 
+import jaxkeras as K
 from jaxkeras import cpu_memory
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
@@ -45,7 +46,7 @@ for _ in range(8):
 expected = feed.astype(np.float64)
 for e in (1.0, 2.0, 3.0):
     expected = np.sin(expected) + expected[::-1] * e
-print(json.dumps({"reusing": K.cpu_memory.reusing(), "faults": min(faults),
+print(json.dumps({"reusing": K.process.reusing_cpu_memory(), "faults": min(faults),
                   "temp_pages": temp_pages, "sum": float(first), "expected": expected.sum(),
                   "async": jax.config.values["jax_cpu_enable_async_dispatch"]}))
 """
@@ -61,13 +62,14 @@ def _fewest_faults_of_a_call(tmp_path, **env_vars: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-_SETTINGS = (cpu_memory.REUSE_ENV, cpu_memory.ASYNC_DISPATCH_ENV)
+_SETTINGS = (cpu_memory.REUSE_ENV, "JAX_CPU_ENABLE_ASYNC_DISPATCH")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
 def test_a_calls_temporaries_fault_once_not_on_every_call(tmp_path):
-    on = _fewest_faults_of_a_call(tmp_path)  # the default
-    off = _fewest_faults_of_a_call(tmp_path, **{cpu_memory.REUSE_ENV: "0"})
+    on = _fewest_faults_of_a_call(tmp_path, **{cpu_memory.REUSE_ENV: "1"})
+    off = _fewest_faults_of_a_call(tmp_path)  # the default
     assert on["reusing"] and not off["reusing"]
     assert not on["async"] and off["async"]  # JAX's default is left alone when off
     assert on["temp_pages"] > 40_000
@@ -80,17 +82,19 @@ def test_a_calls_temporaries_fault_once_not_on_every_call(tmp_path):
         assert result["sum"] == pytest.approx(result["expected"], rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
-def test_jaxs_own_dispatch_setting_wins(tmp_path):
-    kept = _fewest_faults_of_a_call(tmp_path, **{cpu_memory.ASYNC_DISPATCH_ENV: "true"})
-    assert kept["reusing"] and kept["async"]
-    # the call then runs on a worker thread, which maps a block this large afresh
+def test_a_variable_jax_does_not_read_changes_nothing(tmp_path):
+    # JAX does not read $JAX_CPU_ENABLE_ASYNC_DISPATCH: jaxkeras does not either, and by
+    # default leaves dispatch and malloc as they are
+    kept = _fewest_faults_of_a_call(tmp_path, JAX_CPU_ENABLE_ASYNC_DISPATCH="0")
+    assert not kept["reusing"] and kept["async"]
     assert kept["faults"] > 0.9 * kept["temp_pages"], kept
 
 
 def test_the_environment_wins_over_keras_json(monkeypatch):
     monkeypatch.delenv(cpu_memory.REUSE_ENV, raising=False)
-    assert cpu_memory.reuse_asked({}) is None  # not said: on where it can apply
+    assert cpu_memory.reuse_asked({}) is None  # not said: off
     assert cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: False}) is False
     assert cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: True}) is True
     monkeypatch.setenv(cpu_memory.REUSE_ENV, "off")
@@ -144,22 +148,23 @@ def test_nothing_changes_once_jax_has_started(monkeypatch):
     calls = []
     monkeypatch.setattr(cpu_memory, "_state", {"reusing": False})
     monkeypatch.setattr(cpu_memory, "_mallopt", lambda: lambda *args: calls.append(args) or 1)
-    monkeypatch.delenv(cpu_memory.REUSE_ENV, raising=False)
     with pytest.warns(UserWarning, match="import jaxkeras before any JAX computation"):
-        assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
-    assert calls == [] and not cpu_memory.reusing()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # not asked for: nothing to say
-        assert not cpu_memory.reuse_cpu_memory({})
+        assert not cpu_memory.reuse_cpu_memory()
     assert calls == [] and not cpu_memory.reusing()
 
 
-def test_turned_off_it_touches_nothing(monkeypatch):
+def test_not_asked_for_it_touches_nothing(monkeypatch):
     calls = []
     monkeypatch.setattr(cpu_memory, "_state", {"reusing": False})
     monkeypatch.setattr(cpu_memory, "_mallopt", lambda: lambda *args: calls.append(args) or 1)
-    monkeypatch.setenv(cpu_memory.REUSE_ENV, "0")
-    assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
+    for env, settings in [(None, {}), ("0", {cpu_memory.REUSE_KEY: True}), (None, {"x": 1})]:
+        if env is None:
+            monkeypatch.delenv(cpu_memory.REUSE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(cpu_memory.REUSE_ENV, env)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # not asked for: nothing to say
+            K.process.apply_settings(settings)
     assert calls == [] and not cpu_memory.reusing()
 
 
@@ -169,7 +174,7 @@ def test_asking_on_an_accelerator_says_how_to_run_on_the_cpu(platforms, monkeypa
     monkeypatch.setattr(cpu_memory, "_mallopt", lambda: lambda *args: 1)
     platforms("cuda")
     with pytest.warns(UserWarning, match="JAX_PLATFORMS=cpu"):
-        assert not cpu_memory.reuse_cpu_memory({cpu_memory.REUSE_KEY: True})
+        assert not K.process.reuse_cpu_memory()
     assert not cpu_memory.reusing()
 
 
@@ -198,8 +203,7 @@ def test_a_small_or_aligned_array_is_handed_over_as_it_is():
 
 
 def test_a_function_hands_large_numpy_feeds_over_aligned(monkeypatch):
-    import jaxkeras as K
-
+    # with memory reuse off too: the hand-over changes nothing outside jaxkeras
     handed = []
     original = cpu_memory.borrowable
 
@@ -208,7 +212,7 @@ def test_a_function_hands_large_numpy_feeds_over_aligned(monkeypatch):
         return handed[-1]
 
     monkeypatch.setattr(cpu_memory, "borrowable", borrowable)
-    monkeypatch.setattr(cpu_memory, "_state", {"reusing": True})
+    monkeypatch.setattr(cpu_memory, "_state", {"reusing": False})
     x = K.placeholder(shape=(None, 1000))
     f = K.function([x], [K.sum(x, axis=1)])
     feed = np.random.default_rng(0).random((60, 1001)).astype(np.float32)[:, 1:]  # strided

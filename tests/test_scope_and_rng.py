@@ -231,27 +231,14 @@ def test_random_ops_inside_an_rnn_step_are_fresh_per_call():
 @pytest.mark.parametrize("base", [0, 7, 2**31 - 1, 2**31, 2**32 - 1])
 @pytest.mark.parametrize("seed", [0, 123, -1, 2**32 - 1, 2**40 + 3])
 def test_eager_keys_equal_the_op_by_op_derivation(base, seed):
-    # the one compiled key function against JAX's key functions applied one at a time
+    # the one compiled key function against JAX's key functions applied one at a time: the
+    # call's key (the run folded into the global seed's), then the op's seed folded in
     from jaxkeras.graph import eager_key
 
     for run in (0, 1, 0x80000001, 2**32 - 1):
         expected = jax.random.fold_in(
-            jax.random.fold_in(jax.random.PRNGKey(base), seed & 0xFFFFFFFF), run
+            jax.random.fold_in(jax.random.PRNGKey(base), run), seed & 0xFFFFFFFF
         )
-        np.testing.assert_array_equal(np.asarray(eager_key(base, seed, run)), expected)
-
-
-def test_eager_keys_equal_jax_keys_for_random_words():
-    from jaxkeras.graph import eager_key
-
-    words = np.random.default_rng(0).integers(0, 2**32, size=(100, 3), dtype=np.uint64)
-    fold = jax.jit(
-        lambda b, s, r: jax.random.fold_in(
-            jax.random.fold_in(jax.random.key_data(jax.random.key(b, impl="threefry2x32")), s), r
-        )
-    )
-    for base, seed, run in words.tolist():
-        expected = fold(np.uint32(base), np.uint32(seed), np.uint32(run))
         np.testing.assert_array_equal(np.asarray(eager_key(base, seed, run)), expected)
 
 

@@ -23,7 +23,15 @@ Modules, lowest first (each imports only those before it):
 """
 
 from jaxkeras.graph.base import ARRAY_TYPE, ARRAY_TYPES, Node, Subgraph, is_node, static_shape
-from jaxkeras.graph.context import Context, active_context, active_scope, derive_key, eager_key
+from jaxkeras.graph.context import (
+    Context,
+    active_context,
+    active_scope,
+    call_key,
+    derive_key,
+    eager_key,
+    node_key,
+)
 from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras.graph.grad import GradNode, gradient_nodes
 from jaxkeras.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
@@ -76,6 +84,7 @@ __all__ = [
     "VariableNode",
     "active_context",
     "active_scope",
+    "call_key",
     "derive_key",
     "draw_seed",
     "dtype_of",
@@ -87,6 +96,7 @@ __all__ = [
     "is_bcoo",
     "is_node",
     "known_entries",
+    "node_key",
     "op",
     "random_nodes",
     "record",

@@ -53,11 +53,44 @@ def at_top_level() -> bool:
     return TRACE.value is TOP_LEVEL
 
 
-def derive_key(base: Any, seed: int, run: Any) -> jax.Array:
-    """The key of run ``run`` of a random op with ``seed``, under the global seed ``base``.
+def call_key(base: Any, run: Any) -> jax.Array:
+    """The key a random op draws from in its run ``run`` under the global seed ``base``: the
+    ``rng`` that ``f.pure`` would be given for that run (``fold_in(PRNGKey(base), run)``).
 
-    The one derivation of keys from seeds, used eagerly and inside compiled functions (where
-    ``base`` and ``run`` are traced), so both draw the same numbers for the same run.
+    Args:
+        base: the global seed (``K.set_random_seed``).
+        run: how many times the op has run before.
+
+    Returns:
+        A JAX key (raw ``uint32[2]`` data).
+    """
+    return jax.random.fold_in(jax.random.PRNGKey(base), run)
+
+
+def node_key(rng: Any, seed: Any) -> jax.Array:
+    """The key of a random op with ``seed`` in an evaluation given the key ``rng``.
+
+    The one place a node's key is made from a call's key: ``f.pure``, state scopes, compiled
+    calls and eager draws all use it, so they draw the same numbers from the same key.
+
+    Args:
+        rng: the evaluation's key.
+        seed: the op's seed (any int: its low 32 bits are used; or a traced ``uint32``).
+
+    Returns:
+        A JAX key (raw ``uint32[2]`` data).
+    """
+    if isinstance(seed, (int, np.integer)):
+        seed = int(seed) & 0xFFFFFFFF
+    return jax.random.fold_in(rng, seed)
+
+
+def derive_key(base: Any, seed: Any, run: Any) -> jax.Array:
+    """The key of run ``run`` of a random op with ``seed``, under the global seed ``base``:
+    ``node_key(call_key(base, run), seed)``.
+
+    Used eagerly and inside compiled functions (where all three are traced), so both draw the
+    same numbers for the same run.
 
     Args:
         base: the global seed (``K.set_random_seed``).
@@ -67,74 +100,26 @@ def derive_key(base: Any, seed: int, run: Any) -> jax.Array:
     Returns:
         A JAX key (raw ``uint32[2]`` data).
     """
-    if isinstance(seed, (int, np.integer)):  # a traced seed is uint32 already
-        seed = int(seed) & 0xFFFFFFFF
-    key = jax.random.fold_in(jax.random.PRNGKey(base), seed)
-    return jax.random.fold_in(key, run)
+    return node_key(call_key(base, run), seed)
 
 
-_MASK = 0xFFFFFFFF
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+def _key_function() -> Any:
+    """A new compiled :func:`derive_key` on ``uint32[3]`` ``(base, seed, run)``."""
+
+    def key_of_table(table: jax.Array) -> jax.Array:
+        return derive_key(table[0], table[1], table[2])
+
+    return jax.jit(key_of_table)
 
 
-def threefry2x32(key: tuple[int, int], count: tuple[Any, Any]) -> tuple[Any, Any]:
-    """The Threefry-2x32 block cipher (20 rounds), bit for bit as JAX's ``threefry_2x32``: on
-    one pair of words as Python ints (a key derivation: microseconds), or on every pair of two
-    equally shaped ``uint32`` arrays at once (random bits).
-
-    Args:
-        key: the key's two 32-bit words.
-        count: two ints, or two ``uint32`` arrays of at least one dimension.
-
-    Returns:
-        The two enciphered words, of the counts' kind.
-    """
-    words = int if isinstance(count[0], int) else np.uint32
-    mask = words(_MASK)
-    k0, k1 = words(key[0] & _MASK), words(key[1] & _MASK)
-    ks = (k0, k1, k0 ^ k1 ^ words(0x1BD11BDA))
-    x0, x1 = (count[0] + ks[0]) & mask, (count[1] + ks[1]) & mask
-    for group in range(5):
-        for r in _ROTATIONS[group % 2]:
-            x0 = (x0 + x1) & mask
-            x1 = (((x1 << words(r)) | (x1 >> words(32 - r))) & mask) ^ x0
-        x0 = (x0 + ks[(group + 1) % 3]) & mask
-        x1 = (x1 + ks[(group + 2) % 3] + words(group + 1)) & mask
-    return x0, x1
-
-
-def threefry_bits(key: Any, n: int) -> np.ndarray:
-    """``n`` random 32-bit words from a Threefry key, bit for bit as JAX draws them with its
-    partitionable Threefry (``jax.random.bits(key, (n,))``; prefix-stable: the first ``n`` of
-    any longer draw).
-
-    Args:
-        key: raw key data, two ``uint32`` words.
-        n: how many words, below ``2**32``.
-
-    Returns:
-        A ``uint32`` array of shape ``(n,)``.
-    """
-    key = np.asarray(key)
-    counts = (np.zeros(n, np.uint32), np.arange(n, dtype=np.uint32))
-    high, low = threefry2x32((int(key[0]), int(key[1])), counts)
-    return high ^ low
-
-
-@jax.jit
-def _key_of_table(table: jax.Array) -> jax.Array:
-    """:func:`derive_key` on ``uint32[3]`` ``(base, seed, run)``, for other key implementations."""
-    return derive_key(table[0], table[1], table[2])
+_KEY_FUNCTIONS: dict[str, Any] = {}
+"""JAX's key implementation -> :func:`_key_function` made for it (JAX's cache of a function's
+compilations does not tell the implementations apart)."""
 
 
 def eager_key(base: int, seed: int, run: int) -> jax.Array:
-    """``derive_key(base, seed, run)`` for Python ints, without compiling anything.
-
-    Deriving a key op by op compiles three small computations in a fresh process (the seed's
-    conversion, ``threefry_seed``, ``fold_in``). With JAX's default key implementation
-    (Threefry-2x32) the key is computed in Python, bit for bit as JAX computes it: a key from
-    ``base`` is ``(0, base)``, and folding ``data`` into ``key`` enciphers ``(0, data)`` under
-    it. Other implementations compute :func:`derive_key` in one compiled function.
+    """``derive_key(base, seed, run)`` for Python ints, as one call of one compiled function
+    (op by op it would compile three small computations in a fresh process).
 
     Args:
         base: the global seed, in ``[0, 2**32)``.
@@ -142,12 +127,16 @@ def eager_key(base: int, seed: int, run: int) -> jax.Array:
         run: how many times the op has run before, in ``[0, 2**32)``.
 
     Returns:
-        A JAX key (raw ``uint32[2]`` data).
+        A JAX key (raw ``uint32[2]`` data, or the size of another implementation's keys).
     """
-    if jax.config.jax_default_prng_impl != "threefry2x32":
-        return _key_of_table(np.array([base, seed & _MASK, run], dtype=np.uint32))
-    key = threefry2x32((0, base), (0, seed & _MASK))
-    return jax.device_put(np.array(threefry2x32(key, (0, run & _MASK)), dtype=np.uint32))
+    implementation = jax.config.jax_default_prng_impl
+    compiled = _KEY_FUNCTIONS.get(implementation)
+    if compiled is None:
+        compiled = _KEY_FUNCTIONS[implementation] = _key_function()
+    return compiled(np.array([base, seed & _MASK, run & _MASK], dtype=np.uint32))
+
+
+_MASK = 0xFFFFFFFF
 
 
 class Context:
@@ -155,8 +144,8 @@ class Context:
 
     Args:
         state: variable name -> value; variables missing from it read the store.
-        rng: the key random nodes derive theirs from (``fold_in(rng, seed)``); ``None`` draws
-            keys from the store, each node's from its seed and how often it has run.
+        rng: the key random nodes derive theirs from (:func:`node_key`); ``None`` draws keys
+            from the store, each node's from its seed and how often it has run.
         learning_phase: 0 or 1 (static); ``None`` means the global default.
         scope: True for a user-facing state scope, in which ops on variables run at once and
             updates are applied at once.
@@ -232,7 +221,7 @@ class Context:
         key = self._keys.get(node) if node is not None else None
         if key is None:
             if self._rng is not None:
-                key = jax.random.fold_in(self._rng, seed & 0xFFFFFFFF)
+                key = node_key(self._rng, seed)
             else:
                 key = jax.numpy.asarray(state_source().draw_key(seed, node))
             if node is not None and get_opaque_trace_state() == self.trace_state:
