@@ -259,6 +259,8 @@ def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dty
     Keras 3 on JAX do, with one :class:`NarrowedDtypeWarning` per process saying how to get
     64-bit types: jaxkeras never turns on 64-bit mode for the whole process behind the
     user's back (Keras 2's optimizers ask for an ``int64`` step counter; it counts in int32).
+    A floatx of ``'float64'`` (``K.set_floatx``, or Keras's own when Keras loads jaxkeras)
+    turns the mode on, and the request is kept.
 
     Raises:
         TypeError: for an unknown dtype.
@@ -268,9 +270,11 @@ def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dty
         name = standardize_dtype(dtype, arg=arg)
     except TypeError as err:
         raise TypeError(f"{fn}: {err}") from None
-    if not _NARROWING["warned"] and name in _NARROWED_FROM:
+    if name in _NARROWED_FROM and dtype != name and not jax.config.jax_enable_x64:
         asked = np.dtype(_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype).name
-        if asked != name:
+        if asked != name and floatx() == "float64":  # Keras's set_floatx asked for 64 bits
+            return standardize_dtype(dtype, arg=arg)  # (floatx turned the mode on)
+        if asked != name and not _NARROWING["warned"]:
             _NARROWING["warned"] = True
             warnings.warn(
                 f"{fn}: {arg}={asked} is computed as {name}, because JAX's 64-bit mode is off "

@@ -235,7 +235,7 @@ CPU_SPLIT_FLAG = "xla_cpu_parallel_codegen_split_count"
 
 CPU_LIBRARY_FLAG = "xla_cpu_experimental_ynn_fusion_type"
 """Which ops XLA:CPU hands to its YNNPACK library: by default convolutions, reductions and
-matrix products each (an unknown name makes every compile fail, so jax is pinned)."""
+matrix products each (an unknown name makes every compile fail: probed, see accepted_options)."""
 
 CPU_LIBRARY_OPS = "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 """What K.function hands YNNPACK: reductions and matrix products, not convolutions."""
@@ -303,7 +303,9 @@ def compiler_options() -> dict[str, Any] | None:
       compile no sooner. On 2 cores the convnet step compiles in 0.29 s instead of 0.32 s.
 
     A program whose ``XLA_FLAGS`` sets any of these five options keeps its choice for that
-    one; other backends get no options.
+    one; other backends get no options. Some of these options are experimental and may be
+    renamed by a later XLA: they are probed once per process (:func:`accepted_options`), and
+    one XLA rejects is dropped, costing speed, never a failed compile.
 
     Returns:
         A dict for ``jax.jit(compiler_options=...)``, or ``None``.
@@ -311,4 +313,39 @@ def compiler_options() -> dict[str, Any] | None:
     if jax.default_backend() != "cpu":
         return None
     flags = os.environ.get("XLA_FLAGS", "")
-    return {name: value for name, value in cpu_options().items() if name not in flags} or None
+    wanted = {name: value for name, value in cpu_options().items() if name not in flags}
+    return accepted_options(wanted) or None
+
+
+_ACCEPTED: dict[tuple, dict[str, Any]] = {}
+
+
+def _compiles_with(options: dict[str, Any]) -> bool:
+    """Whether XLA compiles a one-op program with ``options``."""
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=options).lower(np.float32(0)).compile()
+    except Exception:  # XLA's error for an unknown option or value has no type of its own
+        return False
+    return True
+
+
+def accepted_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` less those this XLA rejects, found by compiling a one-op program with them
+    (once per process and set of options: a few milliseconds), then with each alone when
+    that fails.
+
+    Args:
+        options: XLA option names -> values.
+
+    Returns:
+        The options XLA accepts.
+    """
+    signature = tuple(sorted(options.items()))
+    accepted = _ACCEPTED.get(signature)
+    if accepted is None:
+        if not options or _compiles_with(options):
+            accepted = dict(options)
+        else:
+            accepted = {k: v for k, v in options.items() if _compiles_with({k: v})}
+        _ACCEPTED[signature] = accepted
+    return accepted

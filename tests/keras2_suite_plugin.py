@@ -13,6 +13,11 @@ Loaded with ``-p keras2_suite_plugin`` and ``KERAS_BACKEND=jaxkeras`` by
   stable for short rows in NumPy 1 (when Keras 2.3.1 was tested), so tied predictions ranked by
   index, as TF counts them. NumPy 2's default sort is not stable, so the reference is given the
   stable sort it had.
+- 64-bit types: jaxkeras narrows a 64-bit dtype to 32 bits while JAX's 64-bit mode is off
+  (its default; ``K.set_floatx('float64')`` turns it on), where TensorFlow always has them.
+  The tests in :data:`X64_TESTS`, which ask for ``int64`` or ``float64`` and check they get
+  it, run with ``jax_enable_x64`` on, the switch a jaxkeras user flips for 64-bit types; every
+  test leaves the mode as it found it, so no test depends on another's order.
 - Report: with ``JAXKERAS_SUITE_REPORT=path``, the controlling process writes a JSON object
   ``{node id: outcome}`` there (outcomes: passed, failed, skipped, xfailed), xdist or not.
 """
@@ -22,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+import jax
 import keras  # noqa: F401 - loads jaxkeras as Keras's backend
 import numpy as np
 import pytest
@@ -63,6 +69,24 @@ def pytest_collection_modifyitems(items: list) -> None:
 def _jaxkeras_clears_the_session():
     yield
     jaxkeras.clear_session()
+
+
+X64_TESTS = (
+    "tests/keras/backend/backend_test.py::TestBackend::test_arange",
+    "tests/keras/backend/backend_test.py::TestBackend::test_dtype[float64]",
+    "tests/keras/engine/test_topology.py::test_initialization_dtype",
+)
+"""Node ids (or their prefixes) of the tests that ask for 64-bit dtypes and check they get
+them."""
+
+
+@pytest.fixture(autouse=True)
+def _x64_as_the_test_asks(request):
+    saved = jax.config.jax_enable_x64
+    if request.node.nodeid.startswith(X64_TESTS):
+        jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", saved)
 
 
 _OUTCOMES: dict[str, str] = {}

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import jaxkeras as K
@@ -288,6 +289,30 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
     flags += f" --{CPU_PASSES_FLAG}=dce"
     monkeypatch.setenv("XLA_FLAGS", f"{flags} --{CPU_LIBRARY_FLAG}=individual_dot")
     assert compiler_options() is None
+
+
+def test_options_xla_rejects_are_dropped_once_not_failing_every_compile(monkeypatch):
+    import jax
+
+    from jaxkeras import config
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the probed options are XLA:CPU's")
+    renamed = {"xla_cpu_no_such_option_of_ours": True, config.CPU_LIBRARY_FLAG: "NO_SUCH_TYPE"}
+    wanted = dict(config.cpu_options(), **renamed)
+    monkeypatch.setattr(config, "cpu_options", lambda: wanted)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
+    probes = []
+    original = config._compiles_with
+    monkeypatch.setattr(config, "_compiles_with", lambda o: probes.append(o) or original(o))
+    options = config.compiler_options()
+    assert set(options) == set(wanted) - set(renamed)  # the others are kept
+    assert len(probes) == 1 + len(wanted)  # all together, then each alone
+    assert config.compiler_options() == options and len(probes) == 1 + len(wanted)  # once
+    x = K.placeholder((None, 3))
+    f = K.function([x], [K.sum(x * 2, axis=1)])
+    assert f.compiler_options == options
+    np.testing.assert_array_equal(f([np.ones((2, 3), np.float32)])[0], [6.0, 6.0])
 
 
 def test_the_split_count_follows_the_cores_the_process_may_use(monkeypatch):

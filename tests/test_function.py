@@ -339,3 +339,50 @@ def test_lower_shows_the_donated_state_and_runs_nothing():
     np.testing.assert_array_equal(K.get_value(v), 0.0)  # lowering ran nothing
     f([np.ones((64, 64), np.float32)])
     np.testing.assert_array_equal(K.get_value(v), 1.0)
+
+
+def test_pure_is_the_computation_f_runs_bit_for_bit():
+    # dropout (random), a packed bias and step counter, a large weight updated in place, a
+    # reduction: f's call and the user's own jit of f.pure with f's options and key
+    rng = np.random.default_rng(0)
+    x = K.placeholder((None, 20))
+    y = K.placeholder((None, 3))
+    w = K.variable(rng.normal(size=(20, 3)).astype(np.float32))
+    b = K.variable(np.zeros(3, np.float32))
+    steps = K.variable(0.0)
+    hidden = K.dropout(K.dot(x, w) + b, 0.3)
+    loss = K.mean(K.square(hidden - y))
+    gw, gb = K.gradients(loss, [w, b])
+    f = K.function(
+        [x, y],
+        [loss, hidden],
+        updates=[K.update_sub(w, 0.1 * gw), K.update_sub(b, 0.1 * gb), K.update_add(steps, 1.0)],
+    )
+    pure = jax.jit(f.pure, compiler_options=f.compiler_options)
+    for _ in range(3):
+        feeds = [rng.normal(size=(16, 20)).astype(np.float32), rng.normal(size=(16, 3))]
+        state, key = f.state(), f.next_key()
+        (loss_p, hidden_p), new = pure(state, key, [feeds[0], feeds[1].astype(np.float32)])
+        loss_f, hidden_f = f(feeds)
+        np.testing.assert_array_equal(np.asarray(hidden_p), hidden_f)
+        assert np.asarray(loss_p).tobytes() == loss_f.tobytes()
+        for v in (w, b, steps):
+            np.testing.assert_array_equal(np.asarray(new[v.name]), K.get_value(v))
+    assert K.get_value(steps) == 3.0
+
+
+def test_next_key_is_the_seeded_key_of_the_next_run():
+    K.set_random_seed(5)
+    f = K.function([], [K.random_uniform((4,), seed=1)])
+    np.testing.assert_array_equal(
+        np.asarray(f.next_key()), jax.random.fold_in(jax.random.PRNGKey(5), 0)
+    )
+    f([])
+    np.testing.assert_array_equal(
+        np.asarray(f.next_key()), jax.random.fold_in(jax.random.PRNGKey(5), 1)
+    )
+    node = K.random_normal((2,), seed=3)
+    g = K.function([], [node, K.random_uniform((2,), seed=4)])
+    K.eval(node)  # one of g's random ops has run once more than the other
+    with pytest.raises(ValueError, match=r"next_key: .*\[0, 1\] times"):
+        g.next_key()
