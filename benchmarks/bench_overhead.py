@@ -15,7 +15,11 @@ on an accelerator):
 4. the same for a predict-like function that reads 10, 100 and 1,000 variables and updates none,
    against ``jax.jit`` on a list of as many arrays;
 5. the memory a compiled train step needs (XLA's buffer assignment: arguments + outputs -
-   donated aliases + temporaries) against the hand-written step with the state donated.
+   donated aliases + temporaries) against the hand-written step with the state donated;
+6. the cold-start cost of eager random draws: a fresh process drawing a small model's initial
+   weights (``K.random_uniform``, as Keras's ``glorot_uniform`` does, one seeded draw per
+   weight) against the same draws written with ``jax.random.uniform`` by hand (wall-clock,
+   separate processes, the import not counted).
 
 Run: ``python benchmarks/bench_overhead.py [--quick]``, or through ``benchmarks/run_all.py``.
 """
@@ -25,7 +29,11 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import json
 import operator
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 
 import jax
@@ -258,6 +266,60 @@ def train_step_memory() -> Row:
     )
 
 
+# The weight shapes of a small Keras convnet (benchmarks/bench_keras2.py's digits convnet and a
+# wider one): kernels and dense layers, each drawn from its own glorot bounds.
+_WEIGHT_SHAPES = [(3, 3, 1, 32), (3, 3, 32, 64), (3, 3, 64, 64), (1024, 128), (128, 10)]
+
+_COLD_DRAWS = """
+import json, sys, time
+import numpy as np
+side = sys.argv[1]
+shapes = json.loads(sys.argv[2])
+if side == "K":
+    import jaxkeras as K
+else:
+    import jax
+start = time.perf_counter()
+for i, shape in enumerate(shapes):
+    limit = float(np.sqrt(6 / (np.prod(shape[:-1]) + shape[-1])))
+    if side == "K":
+        np.asarray(K.random_uniform(tuple(shape), -limit, limit, seed=i))
+    else:
+        key = jax.random.fold_in(jax.random.PRNGKey(0), i)
+        np.asarray(jax.random.uniform(key, tuple(shape), minval=-limit, maxval=limit))
+print(json.dumps(time.perf_counter() - start))
+"""
+
+
+def _cold_draw_seconds(side: str) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXKERAS_")}
+    out = subprocess.run(
+        [sys.executable, "-c", _COLD_DRAWS, side, json.dumps(_WEIGHT_SHAPES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cold_weight_draws(rounds: int) -> Row:
+    """A fresh process drawing a small model's initial weights: ``K.random_uniform`` against
+    ``jax.random.uniform`` (each side compiles its generator; jaxkeras one bucketed size)."""
+    ours, theirs = [], []
+    for r in range(rounds):
+        for side in ("K", "jax") if r % 2 == 0 else ("jax", "K"):
+            (ours if side == "K" else theirs).append(_cold_draw_seconds(side))
+    return ratio_row(
+        f"cold start: a fresh process draws {len(_WEIGHT_SHAPES)} initial weights",
+        ours,
+        theirs,
+        None,
+        "`K.random_uniform` (bucketed eager draws, one compiled generator) vs "
+        "`jax.random.uniform` per shape; wall-clock after the import, separate processes",
+    )
+
+
 def main(quick: bool = False) -> list[Row]:
     """Measures every figure of this module.
 
@@ -275,6 +337,7 @@ def main(quick: bool = False) -> list[Row]:
     rows += variable_scaling(rounds, 20 if quick else 50)
     rows += read_scaling(rounds, 20 if quick else 50)
     rows.append(train_step_memory())
+    rows.append(cold_weight_draws(3 if quick else 7))
     return rows
 
 
