@@ -22,7 +22,7 @@ from jaxkeras.ops_common import (
     widened,
 )
 from jaxkeras.ops_math import cast
-from jaxkeras.summation import full_mean, full_sum
+from jaxkeras.summation import exact_mean, exact_sum, exact_sums, layout_free_mean, layout_free_sum
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -54,13 +54,17 @@ def _logical(reducer: Callable) -> Callable:
     return body
 
 
-# A reduction's body is the jax.numpy function itself (sum and mean: exact for small full
-# reductions, see summation.py), called as ``(x)`` or ``(x, axis)``, with ``keepdims=True`` when
-# asked: no keywords packed in the common case. On arrays it runs compiled (one dispatch,
-# without jax.numpy's Python checks), compiled per shape, axes and keepdims.
-_sum = op(full_sum, name="sum", jit=("axis", "keepdims"))
+# A reduction's body is the jax.numpy function itself (sum and mean: compensated for a small
+# full reduction of a multi-axis array, see summation.py), called as ``(x)`` or
+# ``(x, axis)``, with ``keepdims=True`` when asked: no keywords packed in the common case. On
+# arrays it runs compiled (one dispatch, without jax.numpy's Python checks), compiled per shape,
+# axes and keepdims. The opt-in exact sum and mean are ops of their own, chosen when K.sum or
+# K.mean is called, so that no op's compiled bodies depend on the switch.
+_sum = op(layout_free_sum, name="sum", jit=("axis", "keepdims"))
+_exact_sum = op(exact_sum, name="sum", jit=("axis", "keepdims"))
 _prod = op(jnp.prod, name="prod", jit=("axis", "keepdims"))
-_mean = op(full_mean, name="mean", jit=("axis", "keepdims"))
+_mean = op(layout_free_mean, name="mean", jit=("axis", "keepdims"))
+_exact_mean = op(exact_mean, name="mean", jit=("axis", "keepdims"))
 _max = op(jnp.max, name="max", jit=("axis", "keepdims"))
 _min = op(jnp.min, name="min", jit=("axis", "keepdims"))
 _var = op(jnp.var, name="var", jit=("axis", "keepdims"))
@@ -94,6 +98,10 @@ def _as_float_if_bool(x: TensorLike) -> TensorLike:
 def sum(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
     """Sum of the values of a tensor along axes.
 
+    A full sum of 2 to 4,096 float32/float64 values is the same for every layout of them
+    (channels first or last) in all but rare cases; with
+    ``jaxkeras.summation.set_exact_sums(True)`` it is correctly rounded.
+
     Args:
         x: a tensor or variable.
         axis: ``None`` (all axes), an axis, or a list/tuple of axes; negative axes count from
@@ -106,7 +114,7 @@ def sum(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
     Raises:
         ValueError: naming the axis when it is out of range.
     """
-    return _reduce(_sum, x, axis, keepdims)
+    return _reduce(_exact_sum if exact_sums() else _sum, x, axis, keepdims)
 
 
 def prod(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
@@ -154,6 +162,10 @@ def min(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
 def mean(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
     """Mean of the values of a tensor along axes (booleans count as 0/1 floats).
 
+    A full mean of 2 to 4,096 float32/float64 values is the same for every layout of them
+    (channels first or last) in all but rare cases; with
+    ``jaxkeras.summation.set_exact_sums(True)`` it is correctly rounded.
+
     Args:
         x: a tensor or variable.
         axis: ``None`` (all axes), an axis, or a list/tuple of axes.
@@ -162,7 +174,7 @@ def mean(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike
     Returns:
         A float tensor.
     """
-    return _reduce(_mean, _as_float_if_bool(x), axis, keepdims)
+    return _reduce(_exact_mean if exact_sums() else _mean, _as_float_if_bool(x), axis, keepdims)
 
 
 def var(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
