@@ -8,13 +8,16 @@ import pytest
 
 import jaxkeras as K
 from jaxkeras.ahead import plan_batch_sizes, planned_batch_sizes
+from jaxkeras.config import compiler_options
 from tests.helpers import compile_threads
 
 
 @pytest.fixture
 def compiles():
     """The names of the threads that ran XLA compiles (see ``compile_threads``); the batch
-    plan is cleared afterwards."""
+    plan is cleared afterwards. XLA's options are probed first: once per process, that is
+    not a compile of the graph's."""
+    compiler_options()
     with compile_threads() as threads:
         yield threads
     plan_batch_sizes(())
