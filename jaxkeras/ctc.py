@@ -53,25 +53,28 @@ def _check_y_pred(y_pred: Any, fn: str) -> None:
 def _min_steps(labels: jax.Array, label_length: jax.Array) -> jax.Array:
     """The fewest time steps an alignment of each row's labels needs: one per label, plus a
     blank between each pair of equal neighbours."""
-    within = jnp.arange(labels.shape[1])[None, :] < label_length[:, None]
+    within = jnp.arange(labels.shape[1], dtype=jnp.int32)[None, :] < label_length[:, None]
     repeats = within[:, 1:] & (labels[:, 1:] == labels[:, :-1])
-    return label_length + jnp.sum(repeats, axis=1)
+    return label_length + jnp.sum(repeats, axis=1, dtype=label_length.dtype)
 
 
 def _ctc_loss_body(y_true, y_pred, input_length, label_length, *, eps):
     classes = y_pred.shape[2]
     labels = jnp.clip(y_true.astype(jnp.int32), 0, classes - 1)
     input_length, label_length = _lengths(input_length), _lengths(label_length)
-    frames = jnp.arange(y_pred.shape[1])[None, :] >= input_length[:, None]
-    padded = jnp.arange(labels.shape[1])[None, :] >= label_length[:, None]
+    frames = jnp.arange(y_pred.shape[1], dtype=jnp.int32)[None, :] >= input_length[:, None]
+    padded = jnp.arange(labels.shape[1], dtype=jnp.int32)[None, :] >= label_length[:, None]
     logits = jnp.log(y_pred + eps)  # optax log-softmaxes them: TF's renormalization
-    loss = optax.ctc_loss(
-        logits,
-        frames.astype(logits.dtype),
-        labels,
-        padded.astype(logits.dtype),
-        blank_id=classes - 1,
-    )
+    # optax mixes 16-bit logits with float32: it runs under standard promotion whatever the
+    # caller's, so strict promotion does not break it
+    with jax.numpy_dtype_promotion("standard"):
+        loss = optax.ctc_loss(
+            logits,
+            frames.astype(logits.dtype),
+            labels,
+            padded.astype(logits.dtype),
+            blank_id=classes - 1,
+        )
     fits = _min_steps(labels, label_length) <= input_length
     return jnp.where(fits, loss, jnp.inf)[:, None]  # TF: inf where no alignment fits
 
@@ -126,7 +129,7 @@ def _greedy_body(y_pred, input_length, *, eps):
     scores = jnp.log(y_pred + eps)
     steps, blank = scores.shape[1], scores.shape[2] - 1
     best = jnp.argmax(scores, axis=-1)
-    valid = jnp.arange(steps)[None, :] < _lengths(input_length)[:, None]
+    valid = jnp.arange(steps, dtype=jnp.int32)[None, :] < _lengths(input_length)[:, None]
     previous = jnp.pad(best, ((0, 0), (1, 0)), constant_values=-1)[:, :-1]
     keep = valid & (best != blank) & (best != previous)
     neg_sum = -jnp.sum(jnp.where(valid, jnp.max(scores, axis=-1), 0.0), axis=1, keepdims=True)
@@ -149,7 +152,7 @@ def _beam_candidates(beams, log_probs_t):
     same_blank = total + log_probs_t[blank]
     last = jnp.maximum(beams["last"], 0)  # any label for the empty prefix; masked below
     same_label = jnp.where(beams["length"] > 0, beams["p_label"] + log_probs_t[last], _LOG_ZERO)
-    labels = jnp.arange(blank)
+    labels = jnp.arange(blank, dtype=jnp.int32)
     source = jnp.where(
         labels[None, :] == beams["last"][:, None], beams["p_blank"][:, None], total[:, None]
     )
@@ -179,13 +182,13 @@ def _beam_step(beams, log_probs_t):
     source = jnp.where(is_ext, (chosen - width) // n_labels, chosen)
     label = jnp.where(is_ext, (chosen - width) % n_labels, beams["last"][source])
     length = beams["length"][source]
-    at_end = jnp.arange(steps)[None, :] == length[:, None]
+    at_end = jnp.arange(steps, dtype=jnp.int32)[None, :] == length[:, None]
     old_hash = beams["hash"][source]
     new_hash = old_hash * _HASH_MULTIPLIERS + (label[:, None] + 1).astype(jnp.uint32)
     flat = extended.reshape(-1)[jnp.maximum(chosen - width, 0)]
     return {
         "prefix": jnp.where(at_end & is_ext[:, None], label[:, None], beams["prefix"][source]),
-        "length": length + is_ext,
+        "length": length + is_ext.astype(length.dtype),
         "last": label,
         "hash": jnp.where(is_ext[:, None], new_hash, old_hash),
         "parent_hash": jnp.where(is_ext[:, None], old_hash, beams["parent_hash"][source]),
@@ -212,7 +215,7 @@ def _beam_search_one(log_probs, length, *, beam_width, top_paths):
         new = _beam_step(beams, log_probs_t)
         return jax.tree_util.tree_map(lambda n, o: jnp.where(t < length, n, o), new, beams), None
 
-    beams, _ = lax.scan(step, beams, (log_probs, jnp.arange(steps)))
+    beams, _ = lax.scan(step, beams, (log_probs, jnp.arange(steps, dtype=jnp.int32)))
     scores, best = lax.top_k(jnp.logaddexp(beams["p_blank"], beams["p_label"]), top_paths)
     live = scores > _LOG_ZERO / 2
     paths = jnp.where(live[:, None], beams["prefix"][best], -1)
@@ -290,7 +293,7 @@ def ctc_decode(
 
 def _sparse_parts(labels, label_lengths):
     batch, max_len = labels.shape
-    keep = jnp.arange(max_len)[None, :] < _lengths(label_lengths)[:, None]
+    keep = jnp.arange(max_len, dtype=jnp.int32)[None, :] < _lengths(label_lengths)[:, None]
     rows, cols = jnp.meshgrid(jnp.arange(batch), jnp.arange(max_len), indexing="ij")
     indices = jnp.stack([jnp.where(keep, rows, batch), jnp.where(keep, cols, max_len)], -1)
     order = jnp.argsort(~keep.reshape(-1), stable=True)  # kept entries first, row-major

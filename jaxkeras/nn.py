@@ -33,7 +33,7 @@ from jaxkeras.checks import (
 from jaxkeras.config import epsilon
 from jaxkeras.graph import Node, Symbolic, dtype_of, op, standardize_dtype
 from jaxkeras.graph.infer import broadcast_shapes
-from jaxkeras.ops_common import widened
+from jaxkeras.ops_common import standard_result_type, widened
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -95,12 +95,16 @@ def elu(x: Any, alpha: float = 1.0) -> Any:
 
 @op(name="relu", elementwise=True, jit=("alpha",))
 def _relu(x: Any, alpha: float, max_value: float | None, threshold: float) -> Any:
+    # boolean x meets 0, and integer x the float arguments, in the types standard promotion
+    # gives them, cast to explicitly (so strict promotion accepts them too)
     x = jnp.asarray(x)
-    out = jnp.where(x > threshold, x, 0)
+    x = x.astype(standard_result_type(x, 0))
+    real = x.astype(standard_result_type(x, threshold))
+    out = jnp.where(real > threshold, x, 0)
     if max_value is not None:
-        out = jnp.clip(out, 0, max_value)
+        out = jnp.clip(out.astype(real.dtype), 0, max_value)
     if alpha != 0:
-        out = out - alpha * jnp.maximum(threshold - x, 0)
+        out = out.astype(real.dtype) - alpha * jnp.maximum(threshold - real, 0)
     return out
 
 

@@ -42,6 +42,23 @@ def widened(x: Any) -> Any:
     return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
+def standard_result_type(*args: Any) -> np.dtype:
+    """The dtype JAX's standard promotion gives ``args``, whatever the caller's promotion mode.
+
+    Where jaxkeras combines a value with one of its own constants or accumulators of another
+    dtype, it casts both to this type explicitly, so the result is the same under
+    ``jax.numpy_dtype_promotion('strict')`` as under standard promotion.
+
+    Args:
+        *args: dtypes, arrays or Python scalars, as for ``jnp.result_type``.
+
+    Returns:
+        The promoted dtype.
+    """
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.result_type(*args)
+
+
 def concrete_dims(shape: Any) -> tuple[int, ...]:
     """Inside an op body: the shape argument as a tuple of Python ints.
 

@@ -146,7 +146,8 @@ class OptaxOptimizer:
         if names == self._params:
             return
         stored = get_state(params)
-        with jax.ensure_compile_time_eval():  # concrete even when traced inside jax.jit
+        # concrete even when traced inside jax.jit; optax's own code under standard promotion
+        with jax.ensure_compile_time_eval(), jax.numpy_dtype_promotion("standard"):
             state = self.tx.init([stored[n] for n in names])
         paths, treedef = jax.tree_util.tree_flatten_with_path(state)
         with name_scope(self.name):
@@ -270,11 +271,14 @@ def _optax_step(tx: optax.GradientTransformation, treedef: Any) -> Any:
     def optax_step(grads: list, state_leaves: list, params: list, value: Any) -> tuple:
         grads = [jnp.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
         state = jax.tree_util.tree_unflatten(treedef, state_leaves)
-        if extra_args:
-            steps, new_state = tx.update(grads, state, params, value=value)
-        else:
-            steps, new_state = tx.update(grads, state, params)
-        return optax.apply_updates(params, steps), jax.tree_util.tree_leaves(new_state)
+        # optax's transforms mix dtypes (an int32 step count with float decay rates): they run
+        # under standard promotion whatever the caller's, so strict promotion does not break them
+        with jax.numpy_dtype_promotion("standard"):
+            if extra_args:
+                steps, new_state = tx.update(grads, state, params, value=value)
+            else:
+                steps, new_state = tx.update(grads, state, params)
+            return optax.apply_updates(params, steps), jax.tree_util.tree_leaves(new_state)
 
     return graph.op(optax_step, name="optax_step")
 

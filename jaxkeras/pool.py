@@ -24,6 +24,7 @@ from jaxkeras.checks import (
     check_rank,
 )
 from jaxkeras.graph import op
+from jaxkeras.ops_common import standard_result_type
 from jaxkeras.spatial import (
     lower,
     pad_spatial,
@@ -123,7 +124,7 @@ def _pool(x, pool_size, strides, padding, data_format, mode, lowering):
     if mode == "max":
         return reduce(x, "max")
     # Average over the real elements only: divide by the window sums of ones padded with zeros.
-    dtype = jnp.result_type(x.dtype, jnp.float32)
+    dtype = standard_result_type(x.dtype, jnp.float32)
     ones = jnp.ones([x.shape[a] if a in axes else 1 for a in range(x.ndim)], dtype)
     return reduce(x.astype(dtype), "sum") / reduce(ones, "sum")
 

@@ -579,6 +579,7 @@ def _import_with(home, content):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content, named",
     [

@@ -142,6 +142,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_killed_writer_leaves_the_previous_checkpoint(tmp_path):
     path = tmp_path / "live.npz"
     proc = subprocess.Popen(
@@ -211,6 +212,7 @@ def _train(mode, path):
     return np.load(io.BytesIO(out.stdout))
 
 
+@pytest.mark.slow
 def test_training_resumed_in_a_new_process_is_bit_identical(tmp_path):
     path = tmp_path / "mlp.npz"
     straight = _train("first", path)

@@ -333,6 +333,7 @@ def test_col2im_transpose_derivatives_match_lax(n, data_format, padding, strides
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_col2im_transpose_agrees_with_lax_on_random_configurations():
     # ranks, windows, strides or dilations, paddings, formats, and every output size that maps
     # back to the input (extra rows and columns under 'valid' included)

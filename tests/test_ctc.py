@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given
@@ -93,6 +94,7 @@ def loss_function():
     return _LOSS_FUNCTION["f"]
 
 
+@pytest.mark.slow
 @given(steps=st.integers(1, 5), seed=st.integers(0, 2**16))
 def test_loss_on_random_tiny_problems(steps, seed):
     rng = np.random.default_rng(seed)
@@ -229,6 +231,32 @@ def test_missing_paths_are_padded():
     decoded, log_prob = K.ctc_decode(y, np.array([1]), greedy=False, beam_width=4, top_paths=3)
     assert np.asarray(decoded[2]).tolist() == [[-1]]
     assert np.isneginf(np.asarray(log_prob)[0, 2])
+
+
+def test_16_bit_probabilities_and_64_bit_lengths():
+    # optax's loss mixes float16 with float32, and NumPy's int64 lengths meet int32 ones with
+    # JAX's 64-bit mode on: the results hold under the suite's strict dtype promotion
+    y, y_decode = Y.astype(np.float32), Y_DECODE.astype(np.float32)
+    loss = np.asarray(K.ctc_batch_cost(LABELS, y, INPUT_LENGTH, LABEL_LENGTH))
+    low = K.ctc_batch_cost(LABELS, y.astype(np.float16), INPUT_LENGTH, LABEL_LENGTH)
+    np.testing.assert_allclose(np.asarray(low, np.float32), loss, rtol=1e-2)
+    decodings = [
+        K.ctc_decode(y_decode, DECODE_LENGTH),
+        K.ctc_decode(y_decode, DECODE_LENGTH, greedy=False, beam_width=8, top_paths=2),
+    ]
+    jax.config.update("jax_enable_x64", True)
+    try:
+        wide = K.ctc_batch_cost(LABELS, y, INPUT_LENGTH, LABEL_LENGTH)
+        np.testing.assert_allclose(np.asarray(wide), loss, rtol=1e-6)
+        for greedy, (paths, log_prob) in zip([True, False], decodings):
+            got_paths, got_log_prob = K.ctc_decode(
+                y_decode, DECODE_LENGTH, greedy=greedy, beam_width=8, top_paths=len(paths)
+            )
+            for got, want in zip(got_paths, paths):
+                np.testing.assert_array_equal(got, want)
+            np.testing.assert_allclose(got_log_prob, log_prob, rtol=1e-6)
+    finally:
+        jax.config.update("jax_enable_x64", False)
 
 
 def test_decode_bad_arguments():

@@ -119,10 +119,12 @@ FULL_SHAPES = {
 }
 
 
+@pytest.mark.slow
 def test_eight_devices_listed(eight):
     assert eight["devices"] == [f"cpu:{i}" for i in range(8)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_single_device_run_learns(eight, model):
     losses = eight[model]["single"]["losses"]
@@ -130,6 +132,7 @@ def test_single_device_run_learns(eight, model):
     assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("how", ["data_parallel", "model_parallel"])
 def test_distributed_training_matches_one_device(eight, model, how):
@@ -140,6 +143,7 @@ def test_distributed_training_matches_one_device(eight, model, how):
         np.testing.assert_allclose(run["weights"][name], value, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("when", ["placed", "trained"])
 def test_data_parallel_replicates_variables(eight, model, when):
@@ -152,6 +156,7 @@ def test_data_parallel_replicates_variables(eight, model, when):
         assert layout["shard_shape"] == list(np.shape(single[name]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("when", ["placed", "trained"])
 def test_model_parallel_splits_variables_by_layout_map(eight, model, when):
@@ -162,17 +167,20 @@ def test_model_parallel_splits_variables_by_layout_map(eight, model, when):
         assert layout["replicated"] == (name not in FULL_SHAPES[model])
 
 
+@pytest.mark.slow
 def test_one_device_run_is_on_one_device(eight):
     for model in MODELS:
         for layout in eight[model]["single"]["trained"].values():
             assert layout["devices"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["single", "data_parallel", "model_parallel"])
 def test_get_value_is_numpy_copy_of_get_state(eight, how):
     assert eight["mlp"][how]["state_matches_value"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how,axis", [("data_parallel", 8), ("model_parallel", 2)])
 def test_batch_the_axis_does_not_divide_raises(eight, how, axis):
     message = eight["mlp"][how]["odd_batch_error"]
@@ -181,6 +189,7 @@ def test_batch_the_axis_does_not_divide_raises(eight, how, axis):
     assert "'batch'" in message
 
 
+@pytest.mark.slow
 def test_random_numbers_fresh_per_call_and_independent_of_device_count(eight):
     single, split = eight["random"]["single"], eight["random"]["data_parallel"]
     assert single[0] != single[1]  # each call draws fresh numbers
@@ -190,6 +199,7 @@ def test_random_numbers_fresh_per_call_and_independent_of_device_count(eight):
     np.testing.assert_array_equal(np.asarray(single[0])[kept], 2.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["set_value", "set_state", "eval_update", "restore_checkpoint"])
 def test_writes_keep_a_variables_layout(eight, how):
     layout = eight["writes"][how]
@@ -198,6 +208,7 @@ def test_writes_keep_a_variables_layout(eight, how):
     assert eight["writes"]["value"] == np.full((4, 8), 3.0).tolist()
 
 
+@pytest.mark.slow
 def test_readme_recipes_run(eight):
     readme = eight["readme"]
     assert readme["blocks"] == 2
@@ -206,6 +217,7 @@ def test_readme_recipes_run(eight):
     assert readme["kernel"]["shard_shape"] == [64, 8]
 
 
+@pytest.mark.slow
 def test_optax_optimizer_slots_are_placed_like_their_params(eight):
     single, split = eight["mlp_optax"]["single"], eight["mlp_optax"]["model_parallel"]
     np.testing.assert_allclose(split["losses"], single["losses"], rtol=1e-5, atol=1e-5)
@@ -217,6 +229,7 @@ def test_optax_optimizer_slots_are_placed_like_their_params(eight):
         assert layout["shard_shape"] == split["trained"][param]["shard_shape"], slot
 
 
+@pytest.mark.slow
 def test_nothing_gathers(eight):
     hlo = eight["hlo"]
     steps = [name for name, text in hlo.items() if "all-reduce(" in text]
@@ -225,6 +238,7 @@ def test_nothing_gathers(eight):
     assert gathered == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["scope", "set_distribution"])
 def test_keras2_fit_data_parallel_matches_one_device(eight, how):
     single, run = eight["keras"]["single"], eight["keras"][how]
@@ -242,6 +256,7 @@ def test_keras2_fit_data_parallel_matches_one_device(eight, how):
 # two hosts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["data_parallel", "model_parallel"])
 def test_two_hosts_train_as_one_device(hosts, how):
     for host in hosts:

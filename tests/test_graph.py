@@ -289,6 +289,7 @@ def test_element_wise_ops_broadcast_shapes_without_running(x_shape, y_shape, exp
     assert got.shape == np.broadcast_shapes(*(f.shape for f in feeds)) == sizes
 
 
+@pytest.mark.standard_promotion  # mixes dtypes on purpose: the recorded dtypes are standard's
 def test_element_wise_dtypes_are_those_of_jax_numpy():
     cases = [
         ("float32", 2.5, operator.add),

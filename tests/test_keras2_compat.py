@@ -9,6 +9,7 @@ import pytest
 
 pytestmark = [
     pytest.mark.keras2,
+    pytest.mark.slow,  # each test runs a subprocess
     pytest.mark.skipif(
         importlib.util.find_spec("keras") is None,
         reason="keras 2.3.1 is not installed (test extra)",

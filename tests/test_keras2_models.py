@@ -26,7 +26,7 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 
 import jaxkeras  # noqa: E402
 
-pytestmark = pytest.mark.keras2
+pytestmark = [pytest.mark.keras2, pytest.mark.slow]  # trains models: about 1 CPU minute
 
 
 @pytest.fixture(autouse=True)

@@ -2,11 +2,12 @@
 
 ``make test`` extracts ``tests/`` from the Keras 2.3.1 source distribution on PyPI into
 ``.venv/keras-2.3.1-tests/`` (never committed). The tree runs in one subprocess, two xdist
-workers, with ``KERAS_BACKEND=jaxkeras`` and the plugin ``tests/keras2_suite_plugin.py`` (which
-also clears the session after each test, as Keras's conftest does only for TensorFlow). Every
-test must pass or be skipped by Keras's own markers (those for TensorFlow, Theano or CNTK only),
-except those in ``tests/keras2_suite_exclusions.py``, each with a reason that holds on the
-TensorFlow backend too; an excluded test that starts passing fails the run.
+workers, with ``KERAS_BACKEND=jaxkeras``, JAX's strict dtype promotion (set by conftest.py)
+and the plugin ``tests/keras2_suite_plugin.py`` (which also clears the session after each
+test, as Keras's conftest does only for TensorFlow). Every test must pass or be skipped by
+Keras's own markers (those for TensorFlow, Theano or CNTK only), except those in
+``tests/keras2_suite_exclusions.py``, each with a reason that holds on the TensorFlow backend
+too; an excluded test that starts passing fails the run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ TREE = Path(os.environ.get("JAXKERAS_KERAS_TESTS", ROOT / ".venv" / "keras-2.3.1
 
 pytestmark = [
     pytest.mark.keras2,
+    pytest.mark.slow,  # about 10 minutes on 2 cores
     pytest.mark.skipif(
         not (TREE / "tests" / "conftest.py").exists(),
         reason=f"{TREE}/tests not found: `make test` extracts it",

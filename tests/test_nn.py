@@ -119,6 +119,21 @@ def test_activations_accept_lists_and_ints():
     np.testing.assert_array_equal(K.relu(np.array([-2, 3], np.int32)), [0, 3])
 
 
+def test_relu_of_integers_and_booleans_has_the_dtypes_of_standard_promotion():
+    # relu casts explicitly (this runs under strict promotion) to what standard promotion gives:
+    # integers stay integers, a float max_value or alpha makes them float32, booleans int32
+    x = np.array([-2, 0, 3, 9], np.int32)
+    cases = [
+        (K.relu(x), "int32", [0, 0, 3, 9]),
+        (K.relu(x, max_value=6.0), "float32", [0, 0, 3, 6]),
+        (K.relu(x, alpha=0.5, threshold=1.0), "float32", [-1.5, -0.5, 3, 9]),
+        (K.relu(np.array([True, False])), "int32", [1, 0]),
+    ]
+    for got, dtype, want in cases:
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want)
+
+
 def test_activation_bad_arguments():
     with pytest.raises(ValueError, match="axis=2"):
         K.softmax(X34, axis=2)
@@ -464,6 +479,7 @@ def test_bias_add_gradients_and_default_format():
         K.set_image_data_format("channels_last")
 
 
+@pytest.mark.slow
 @given(
     shape=st.lists(st.integers(1, 3), min_size=2, max_size=5),
     data_format=st.sampled_from(["channels_last", "channels_first"]),
@@ -561,6 +577,7 @@ def test_batch_normalization_gradients():
     )
 
 
+@pytest.mark.slow
 @given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=4), data=st.data())
 def test_batch_normalization_axes_property(shape, data):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
@@ -630,6 +647,7 @@ def test_normalize_batch_in_training_none_params_and_gradient():
     )
 
 
+@pytest.mark.slow
 @given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=4), data=st.data())
 def test_normalize_batch_in_training_axes_property(shape, data):
     axes = data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1))
@@ -696,6 +714,7 @@ def test_temporal_padding_and_defaults():
     np.testing.assert_array_equal(K.spatial_2d_padding(x4), np.pad(x4, _widths([(1, 1)] * 2, 4)))
 
 
+@pytest.mark.slow
 @given(
     pads=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=1, max_size=3),
     data_format=st.sampled_from(["channels_last", "channels_first"]),
@@ -846,6 +865,7 @@ def test_resize_volumes(data_format):
     )
 
 
+@pytest.mark.slow
 @given(
     factors=st.lists(st.integers(1, 3), min_size=2, max_size=3),
     dims=st.lists(st.integers(1, 3), min_size=5, max_size=5),

@@ -107,6 +107,7 @@ for _ in range(2):
 """
 
 
+@pytest.mark.slow
 def test_fixed_seed_reproduces_across_processes():
     processes = [
         subprocess.Popen(

@@ -82,6 +82,7 @@ def _np_shape_ops(x, a):
 
 
 # each example checks every op of the family in one compiled function (~0.5 s)
+@pytest.mark.slow
 @settings(max_examples=15)
 @given(shape_cases())
 def test_shape_ops_match_numpy(case):

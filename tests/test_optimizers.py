@@ -46,11 +46,12 @@ def _loss_of(w1, b1, w2, b2, x, y):
 def _reference(tx, steps=STEPS):
     """``steps`` steps of ``tx`` applied by hand with jax.grad; returns the params."""
     params = [jnp.asarray(p) for p in INIT]
-    state = tx.init(params)
     grad = jax.grad(lambda p: _loss_of(*p, X, Y))
-    for _ in range(steps):
-        updates, state = tx.update(grad(params), state, params)
-        params = optax.apply_updates(params, updates)
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes dtypes: as OptaxOptimizer runs it
+        state = tx.init(params)
+        for _ in range(steps):
+            updates, state = tx.update(grad(params), state, params)
+            params = optax.apply_updates(params, updates)
     return [np.asarray(p) for p in params]
 
 
@@ -201,12 +202,14 @@ def test_transforms_with_extra_args_get_the_loss_as_value():
     opt = OptaxOptimizer(make())
     train = K.function([], [], updates=opt.get_updates(K.sum(K.square(w - target)), [w]))
     tx, p = make(), jnp.zeros(2)
-    state = tx.init(p)
+    with jax.numpy_dtype_promotion("standard"):  # optax mixes dtypes: as OptaxOptimizer runs it
+        state = tx.init(p)
     for _ in range(12):
         train([])
         value, grad = jax.value_and_grad(lambda p: jnp.sum(jnp.square(p - target)))(p)
-        updates, state = tx.update(grad, state, p, value=value)
-        p = optax.apply_updates(p, updates)
+        with jax.numpy_dtype_promotion("standard"):
+            updates, state = tx.update(grad, state, p, value=value)
+            p = optax.apply_updates(p, updates)
         np.testing.assert_allclose(K.get_value(w), p, rtol=1e-6, atol=1e-7)
     assert float(opt.optax_state()[1].scale) < 1.0  # the plateau was detected
 

@@ -68,6 +68,14 @@ def test_each_pool_lowering_matches_reference(lowering, mode):
         np.testing.assert_allclose(np.asarray(got), np_pool(x, 2, 2, padding, mode=mode), **TOL)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32"])
+def test_average_pooling_of_other_types_averages_in_float32(dtype):
+    x = np.arange(32).reshape(1, 4, 4, 2) % 5  # exact in every type
+    got = K.pool2d(jax.numpy.asarray(x).astype(dtype), (2, 2), pool_mode="avg")
+    assert got.dtype == "float32"
+    np.testing.assert_array_equal(got, K.pool2d(x.astype(np.float32), (2, 2), pool_mode="avg"))
+
+
 def test_average_pooling_excludes_same_padding():
     got = np.asarray(
         K.pool2d(np.ones((1, 5, 5, 1), np.float32), (3, 3), (2, 2), "same", pool_mode="avg")

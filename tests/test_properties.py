@@ -8,12 +8,15 @@ and under jax.jit (tests/helpers.py: check_op), in one compiled function per way
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import scipy.special as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import jaxkeras as K
+
+pytestmark = pytest.mark.slow  # Hypothesis, each example compiled four ways
 
 QUARTERS = st.integers(-16, 16).map(lambda v: v / 4)  # exact in every float type
 SMALL_INTS = st.integers(-3, 3)

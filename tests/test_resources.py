@@ -6,6 +6,7 @@ import importlib
 
 import jax
 import numpy as np
+import pytest
 
 import jaxkeras as K
 
@@ -17,6 +18,7 @@ def _rss_mb() -> float:
         return int(fh.read().split()[1]) * 4096 / 2**20
 
 
+@pytest.mark.slow
 def test_ten_thousand_functions_created_and_dropped_leave_nothing_behind():
     w = K.variable(np.ones((4, 4)))
     x = K.placeholder((None, 4))
@@ -86,6 +88,7 @@ def test_gradient_functions_compile_once():
     assert step.trace_count == 1
 
 
+@pytest.mark.slow
 def test_shape_inference_with_a_symbol_per_unknown_dimension_keeps_memory_bounded():
     # reshape(x, (K.shape(x)[0], -1)) is inferred with one symbol per unknown dimension; fresh
     # symbols per inference would grow JAX's caches (about 13 MB here); the fixed pool does not

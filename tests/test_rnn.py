@@ -599,7 +599,7 @@ def test_fold_errors():
     with pytest.raises(ValueError, match=r"foldl: fn\(acc, x\).*must keep the shape \(3,\)"):
         K.foldl(lambda acc, x: acc[None], ELEMS)
     with pytest.raises(ValueError, match=r"foldr: fn\(acc, x\).*dtype int32"):
-        K.foldr(lambda acc, x: acc * 0.5, np.arange(6).reshape(2, 3))
+        K.foldr(lambda acc, x: K.cast(acc, "float32"), np.arange(6).reshape(2, 3))
     with pytest.raises(ValueError, match="map_fn: elems must have rank >= 1"):
         K.map_fn(lambda x: x, np.float32(1.0))
 

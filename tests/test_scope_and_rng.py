@@ -132,6 +132,7 @@ def test_scope_rng_is_respected():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_fixed_seed_reproduces_across_processes():
     code = (
         "import jax, jaxkeras as K, numpy as np\n"
