@@ -55,6 +55,12 @@ def test_normalize_data_format(restore_settings):
         K.normalize_data_format("nchw")
 
 
+def _prints_ok(code, home):
+    out = _run(code, home)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def _run(code, home):
     env = dict(os.environ, KERAS_HOME=str(home))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -120,9 +126,7 @@ assert int(K.get_value(it)) == 1
 assert not jax.config.jax_enable_x64 and jnp.zeros(3).dtype == jnp.float32
 print("ok")
 """
-    out = _run(code, tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    _prints_ok(code, tmp_path)
 
 
 @pytest.mark.slow
@@ -151,9 +155,7 @@ assert f([np.ones((1, 2))])[0].dtype == np.float32  # float32 graphs stay float3
 assert K.dtype(K.dot(x, w)) == "float32" and K.dtype(K.variable(1.0)) == "float32"
 print("ok")
 """
-    out = _run(code, tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    _prints_ok(code, tmp_path)
 
 
 @pytest.mark.slow
@@ -166,9 +168,7 @@ K.set_floatx("float64")
 assert jax.config.jax_enable_x64 and K.get_value(K.variable(1.0)).dtype == np.float64
 print("ok")
 """
-    out = _run(code, tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    _prints_ok(code, tmp_path)
     (tmp_path / "keras.json").write_text(json.dumps({"floatx": "float64"}))
     out = _run("import jax, jaxkeras; print(jax.config.jax_enable_x64)", tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
@@ -185,8 +185,7 @@ except TypeError as err:
 assert not jax.config.jax_enable_x64
 print("ok")
 """
-    out = _run(code, tmp_path)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    _prints_ok(code, tmp_path)
 
 
 CACHE_PROGRAM = """
