@@ -270,20 +270,23 @@ def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dty
         name = standardize_dtype(dtype, arg=arg)
     except TypeError as err:
         raise TypeError(f"{fn}: {err}") from None
-    if name in _NARROWED_FROM and dtype != name and not jax.config.jax_enable_x64:
-        asked = np.dtype(_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype).name
-        if asked != name and floatx() == "float64":  # Keras's set_floatx asked for 64 bits
-            return standardize_dtype(dtype, arg=arg)  # (floatx turned the mode on)
-        if asked != name and not _NARROWING["warned"]:
-            _NARROWING["warned"] = True
-            warnings.warn(
-                f"{fn}: {arg}={asked} is computed as {name}, because JAX's 64-bit mode is off "
-                "(jaxkeras narrows 64-bit requests rather than turning it on for the whole "
-                "process). For 64-bit types, call jax.config.update('jax_enable_x64', True) "
-                "before building, or K.set_floatx('float64'). This warning is shown once.",
-                NarrowedDtypeWarning,
-                stacklevel=3,
-            )
+    if name not in _NARROWED_FROM or dtype == name or jax.config.jax_enable_x64:
+        return name
+    asked = np.dtype(_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype).name
+    if asked == name:
+        return name
+    if floatx() == "float64":  # Keras's set_floatx asked for 64 bits: floatx turned x64 on
+        return standardize_dtype(dtype, arg=arg)
+    if not _NARROWING["warned"]:
+        _NARROWING["warned"] = True
+        warnings.warn(
+            f"{fn}: {arg}={asked} is computed as {name}, because JAX's 64-bit mode is off "
+            "(jaxkeras narrows 64-bit requests rather than turning it on for the whole "
+            "process). For 64-bit types, call jax.config.update('jax_enable_x64', True) "
+            "before building, or K.set_floatx('float64'). This warning is shown once.",
+            NarrowedDtypeWarning,
+            stacklevel=3,
+        )
     return name
 
 
