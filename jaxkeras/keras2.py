@@ -19,6 +19,15 @@ When h5py is installed, reading such an attribute (a variable-length ASCII strin
 bytes are stored as) *from Keras's own modules* returns bytes again, as h5py 2 did; attributes
 written as ``str`` (UTF-8) stay ``str``, and every other caller gets h5py's values.
 
+Keras 2.3.1 gives some of its backend's functions, layers' behaviours and callbacks only to
+TensorFlow (and CNTK); :func:`install` gives them to jaxkeras too:
+
+- ``keras.backend`` re-exports ``clear_session``, ``get_session``, ``set_session`` and
+  ``manual_variable_initialization`` (:data:`TF_ONLY_BACKEND_NAMES`, its TensorFlow branch);
+- ``keras.layers.Lambda`` without ``output_shape`` infers its output shape by running its
+  function on placeholders of the input's shape and dtype, as it does on TensorFlow (else it
+  warns and records the input's shape).
+
 It also makes jaxkeras follow Keras's own floatx / epsilon / image_data_format settings, which
 Keras keeps in ``keras.backend.common``, and makes ``keras.optimizers.get`` (which
 ``model.compile`` calls) return unchanged any object with the Keras 2 optimizer protocol
@@ -190,14 +199,17 @@ def _accept_protocol_optimizers(optimizers: Any) -> None:
 
 
 def install() -> None:
-    """Restores the names listed in the module docstring, follows Keras's settings, and lets
-    ``keras.optimizers.get`` accept optimizer objects of the Keras 2 protocol."""
+    """Restores the names listed in the module docstring, gives jaxkeras what Keras gives
+    TensorFlow only, follows Keras's settings, and lets ``keras.optimizers.get`` accept
+    optimizer objects of the Keras 2 protocol."""
     for module, names in RESTORED.items():
         for name, value in names.items():
             if name not in module.__dict__:
                 setattr(module, name, value)
     _keras_reads_bytes()
     config.follow(sys.modules["keras.backend.common"])
+    _complete_backend(sys.modules["keras.backend"])
+    _once_imported("keras.layers.core", _infer_lambda_shapes)
     _once_imported("keras.optimizers", _accept_protocol_optimizers)
     _once_imported("keras.engine.training_arrays", _announce_batch_sizes)
 
@@ -226,3 +238,57 @@ def _announce_batch_sizes(training_arrays: Any) -> None:
 
     announcing._jaxkeras = True
     training_arrays.make_batches = announcing
+
+
+# What Keras 2.3.1's keras/backend/__init__.py re-exports from its backend only on TensorFlow
+TF_ONLY_BACKEND_NAMES = (
+    "clear_session",
+    "manual_variable_initialization",
+    "get_session",
+    "set_session",
+)
+
+
+def _complete_backend(backend_package: Any) -> None:
+    """Adds jaxkeras's :data:`TF_ONLY_BACKEND_NAMES` to ``keras.backend`` (which is still
+    being imported: the names it imports later do not replace these)."""
+    from jaxkeras import compat
+
+    for name in TF_ONLY_BACKEND_NAMES:
+        if name not in backend_package.__dict__:
+            setattr(backend_package, name, getattr(compat, name))
+
+
+def _symbolic_output_shape(layer: Any, input_shape: Any) -> Any:
+    """The output shape(s) of a Keras ``Lambda`` layer: its function run on placeholders of
+    ``input_shape`` and of the dtypes its last call saw (floatx before any call)."""
+    from jaxkeras.tensors import int_shape, placeholder
+
+    dtypes = layer._input_dtypes
+    if isinstance(input_shape, list):
+        dtypes = dtypes if isinstance(dtypes, list) else [dtypes] * len(input_shape)
+        inputs = [placeholder(shape=s, dtype=d) for s, d in zip(input_shape, dtypes)]
+    else:
+        inputs = placeholder(shape=input_shape, dtype=dtypes)
+    outputs = layer.call(inputs)
+    if isinstance(outputs, list):
+        return [int_shape(x) for x in outputs]
+    return int_shape(outputs)
+
+
+def _infer_lambda_shapes(core: Any) -> None:
+    """Makes ``keras.layers.Lambda`` infer a missing ``output_shape`` by running its function
+    on placeholders (Keras does so only on TensorFlow and CNTK)."""
+    given = core.Lambda.compute_output_shape
+    if getattr(given, "_jaxkeras", False):
+        return
+
+    @functools.wraps(given)
+    def compute_output_shape(self: Any, input_shape: Any) -> Any:
+        if self._output_shape is None:
+            return _symbolic_output_shape(self, input_shape)
+        return given(self, input_shape)
+
+    compute_output_shape._jaxkeras = True
+    core.Lambda.compute_output_shape = compute_output_shape
+

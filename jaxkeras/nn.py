@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -31,7 +32,7 @@ from jaxkeras.checks import (
     is_int,
 )
 from jaxkeras.config import epsilon
-from jaxkeras.graph import Node, Symbolic, dtype_of, op, standardize_dtype
+from jaxkeras.graph import Node, OpTensor, Symbolic, dtype_of, op, standardize_dtype
 from jaxkeras.graph.infer import broadcast_shapes
 from jaxkeras.ops_common import standard_result_type, widened
 from jaxkeras.tensors import int_shape, ndim
@@ -246,28 +247,60 @@ def _clip_probabilities(p: jax.Array, eps: float) -> jax.Array:
     return jnp.clip(p, eps, 1.0 - eps)
 
 
+def _activation_args(output: Any, activation: Callable) -> tuple | None:
+    """The positional arguments of the op that computed ``output``, when that op is
+    ``activation`` (an op made by :func:`~jaxkeras.graph.op`); ``None`` otherwise."""
+    if isinstance(output, OpTensor) and output._fn is activation.pure:
+        args, _ = jax.tree_util.tree_unflatten(output._treedef, output._leaves)
+        return tuple(args)
+    return None
+
+
+def _logits_behind(fn: str, output: Any, from_logits: bool, logits: Any) -> tuple[Any, bool]:
+    """TF-Keras's rule for a crossentropy whose ``output`` a sigmoid or softmax computed in
+    the graph: the loss is computed from that activation's input (``logits``, or ``None`` when
+    ``output`` is not such a value), without clipping; ``from_logits=True`` there warns."""
+    if logits is None:
+        return output, from_logits
+    if from_logits:
+        warnings.warn(
+            f"{fn}: from_logits=True, but output was computed by an activation, so it holds "
+            "probabilities, not logits; the loss uses the activation's input, as TF-Keras does",
+            stacklevel=3,
+        )
+    return logits, True
+
+
 @op(name="binary_crossentropy", jit=("from_logits", "eps"))
 def _binary_crossentropy(target: Any, output: Any, from_logits: bool, eps: float) -> Any:
     output = _float_array(output)
     dtype, output = output.dtype, widened(output)
     target = jnp.asarray(target).astype(output.dtype)
     if from_logits:
-        # -t log(sigmoid(z)) - (1 - t) log(sigmoid(-z)): no overflow for any logit z, and the
-        # exact gradient sigmoid(z) - t everywhere (also at z = 0)
-        loss = -target * jax.nn.log_sigmoid(output) - (1 - target) * jax.nn.log_sigmoid(-output)
-        return loss.astype(dtype)
+        # TF's overflow-free max(z, 0) - z t + log(1 + exp(-|z|)), with |z| and max(z, 0)
+        # chosen by z >= 0 as TF does, so that the gradient is sigmoid(z) - t also at z = 0
+        positive = output >= 0
+        relu = jnp.where(positive, output, 0.0)
+        minus_abs = jnp.where(positive, -output, output)
+        return (relu - output * target + jnp.log1p(jnp.exp(minus_abs))).astype(dtype)
     p = _clip_probabilities(output, eps)
-    # 1 - p clipped as such: 1 - eps is not a float32, so 1 - clip(p) would lose eps at p = 1
-    not_p = _clip_probabilities(1 - output, eps)
-    return (-(target * jnp.log(p + eps) + (1 - target) * jnp.log(not_p + eps))).astype(dtype)
+    # TF-Keras's formula, eps added inside both logarithms: at p = 1 the clip gives the float32
+    # next below 1 - eps, so 1 - p + eps is 2.19e-7 (loss 15.33 for t = 0). The barrier keeps
+    # XLA's simplifier from folding (1 - p) + eps into (1 + eps) - p, which rounds to 2.38e-7.
+    not_p = lax.optimization_barrier(1 - p)
+    loss = target * jnp.log(p + eps) + (1 - target) * jnp.log(not_p + eps)
+    return (-loss).astype(dtype)
 
 
 def binary_crossentropy(target: Any, output: Any, from_logits: bool = False) -> Any:
     """Element-wise binary crossentropy between targets and predicted probabilities (or logits).
 
-    Probabilities are clipped to ``[epsilon, 1 - epsilon]`` and ``epsilon`` is added inside the
-    logarithms, as TF-Keras does, so the loss and its gradient stay finite at 0 and 1. Logits use
-    the overflow-free form ``max(z, 0) - z * t + log(1 + exp(-|z|))``.
+    As in TF-Keras: probabilities are clipped to ``[epsilon, 1 - epsilon]`` and ``epsilon``
+    is added inside both logarithms, so the loss and its gradient stay finite at 0 and 1;
+    logits use the overflow-free ``max(z, 0) - z * t + log(1 + exp(-|z|))``. When ``output``
+    is a graph tensor computed by ``K.sigmoid``, the loss is computed from the sigmoid's input
+    as logits, unclipped (and ``from_logits=True`` then warns), as TF-Keras does for a
+    ``Sigmoid`` op; concrete arrays are always taken as they are.
 
     Args:
         target: targets in ``[0, 1]``, broadcastable with ``output``.
@@ -281,7 +314,11 @@ def binary_crossentropy(target: Any, output: Any, from_logits: bool = False) -> 
         ValueError: when the shapes of ``target`` and ``output`` do not broadcast together.
     """
     check_broadcastable("binary_crossentropy", ("target", "output"), target, output)
-    return _binary_crossentropy(target, output, bool(from_logits), epsilon())
+    args = _activation_args(output, sigmoid)
+    output, from_logits = _logits_behind(
+        "binary_crossentropy", output, bool(from_logits), None if args is None else args[0]
+    )
+    return _binary_crossentropy(target, output, from_logits, epsilon())
 
 
 def _crossentropy_shape(
@@ -323,7 +360,11 @@ def categorical_crossentropy(
     """Categorical crossentropy between one-hot (or soft) targets and predictions.
 
     Probabilities are first rescaled to sum to 1 along ``axis``, then clipped to
-    ``[epsilon, 1 - epsilon]``, as TF-Keras does; logits go through a stable log-softmax.
+    ``[epsilon, 1 - epsilon]``, as TF-Keras does; logits go through a stable log-softmax. When
+    ``output`` is a graph tensor computed by ``K.softmax`` over the last axis and ``axis`` is
+    that axis, the loss is computed from the softmax's input as logits, unclipped (and
+    ``from_logits=True`` then warns), as TF-Keras does for a ``Softmax`` op; concrete arrays
+    are always taken as they are.
 
     Args:
         target: a tensor of the shape of ``output``.
@@ -345,7 +386,19 @@ def categorical_crossentropy(
             f"{fn}: target of shape {int_shape(target)} and output of shape "
             f"{int_shape(output)} must have the same shape"
         )
-    return _categorical_crossentropy(target, output, bool(from_logits), axis, epsilon())
+    output, from_logits = _logits_behind(
+        fn, output, bool(from_logits), _softmax_logits(output, axis)
+    )
+    return _categorical_crossentropy(target, output, from_logits, axis, epsilon())
+
+
+def _softmax_logits(output: Any, axis: int) -> Any:
+    """The input of the ``K.softmax`` over the last axis, ``axis``, that computed ``output``;
+    ``None`` when no such softmax did."""
+    args = _activation_args(output, _softmax)
+    if args is None or args[1] != axis or axis != len(output._shape) - 1:
+        return None
+    return args[0]
 
 
 def _labels_fit(target_shape: tuple, positions: tuple) -> bool:
@@ -396,7 +449,9 @@ def sparse_categorical_crossentropy(
     """Categorical crossentropy with integer class targets.
 
     Probabilities are clipped to ``[epsilon, 1 - epsilon]`` and renormalized by a log-softmax of
-    their logarithm, as TF-Keras does; logits go through a stable log-softmax. As in TF-Keras,
+    their logarithm, as TF-Keras does; logits go through a stable log-softmax. A ``K.softmax``
+    output in the graph is taken from its logits, as in :func:`categorical_crossentropy`. As in
+    TF-Keras,
     the target may have any shape holding one label per position of ``output`` without
     ``axis`` (it is flattened): ``(batch, 1)`` labels, or ``(batch, 1, h, w)`` targets of
     channels-first outputs ``(batch, classes, h, w)``. A label outside ``0..classes-1`` gives
@@ -426,7 +481,10 @@ def sparse_categorical_crossentropy(
             f"output of shape {out_shape} with class axis {axis}: expected {positions} "
             "labels"
         )
-    return _sparse_categorical_crossentropy(target, output, bool(from_logits), axis, epsilon())
+    output, from_logits = _logits_behind(
+        fn, output, bool(from_logits), _softmax_logits(output, axis)
+    )
+    return _sparse_categorical_crossentropy(target, output, from_logits, axis, epsilon())
 
 
 # ---------------------------------------------------------------------------------------------

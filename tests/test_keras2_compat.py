@@ -93,3 +93,70 @@ def test_keras_optimizers_get_accepts_optax_optimizers(load, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-3:] == ["True", "Adam", "rejected"]
+
+
+def _backend_exports(branch: str) -> set[str]:
+    """The names Keras 2.3.1's ``keras.backend`` imports from its backend, at top level and
+    in the ``if backend() == branch`` block of its ``__init__`` (read from its source)."""
+    import ast
+
+    spec = importlib.util.find_spec("keras")
+    source = os.path.join(os.path.dirname(spec.origin), "backend", "__init__.py")
+    with open(source) as f:
+        tree = ast.parse(f.read())
+
+    def imported(statements) -> set[str]:
+        return {
+            alias.name
+            for s in statements
+            if isinstance(s, ast.ImportFrom) and s.module == "load_backend"
+            for alias in s.names
+        }
+
+    names = imported(tree.body)
+    for block in (s for s in ast.walk(tree) if isinstance(s, ast.If)):
+        test = ast.unparse(block.test)
+        if test == f"backend() == {branch!r}":
+            names |= imported(block.body)
+    return names
+
+
+SURFACE_PROBE = """
+import warnings
+warnings.simplefilter("error")  # Keras's Lambda warns when it cannot infer a shape
+import keras
+from keras import backend as K
+missing = [n for n in {names!r} if not callable(getattr(K, n, None))]
+first = keras.layers.Dense(2, input_shape=(3,)).name
+K.clear_session()
+again = keras.layers.Dense(2, input_shape=(3,)).name
+x = keras.layers.Input((8, 8, 32))
+ints = keras.layers.Input((5,), dtype="int32")
+split = keras.layers.Lambda(lambda t: K.reshape(t, (-1, 8, 8, 8, 4)))
+pair = keras.layers.Lambda(lambda ts: [ts[0] * 2, K.sum(ts[1], axis=-1)])
+count = keras.layers.Lambda(lambda t: K.cast(K.expand_dims(t, 1), "float32"))
+given = keras.layers.Lambda(lambda t: t[:, :2], output_shape=(2,))
+outs = [split(x), *pair([x, x]), count(ints), given(keras.layers.Input((3,)))]
+model = keras.models.Model([x, ints], outs[:4])
+def shapes(t):
+    return [K.int_shape(o) for o in t] if isinstance(t, list) else K.int_shape(t)
+agree = all(layer.output_shape == shapes(layer.output) for layer in model.layers)
+print(missing, first == again, agree)
+print(split.output_shape, pair.output_shape, count.output_shape, given.output_shape)
+"""
+
+
+def test_keras_backend_surface_and_lambda_shapes(tmp_path):
+    """Every name Keras 2.3.1's backend exports on TensorFlow exists on jaxkeras, Keras's own
+    clear_session resets layer names, and Lambda infers output shapes without warning."""
+    names = sorted(_backend_exports("tensorflow"))
+    assert {"clear_session", "get_session", "set_session"} <= set(names)
+    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
+    code = SURFACE_PROBE.format(names=names)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2] == "[] True True"
+    assert lines[-1] == (
+        "(None, 8, 8, 8, 4) [(None, 8, 8, 32), (None, 8, 8)] (None, 1, 5) (None, 2)"
+    )

@@ -938,3 +938,112 @@ def test_selu_as_keras_composes_it_is_correctly_rounded_at_minus_one():
     ulps = np.abs(got - exact) / np.spacing(np.abs(exact).astype(np.float32))
     assert ulps.max() <= 3.0, ulps.max()
     np.testing.assert_array_equal(got[-2:], exact[-2:].astype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# crossentropies at the edges, against TF-Keras 2.21's formulas (tf_keras/src/backend.py) in
+# float32 NumPy, one IEEE operation at a time as TF runs them
+
+
+def tf_bce(t, p, eps=EPS):
+    e = np.float32(eps)
+    p = np.minimum(np.maximum(p, e), np.float32(1) - e)
+    return -(t * np.log(p + e) + (np.float32(1) - t) * np.log(np.float32(1) - p + e))
+
+
+def tf_bce_logits(t, z):
+    """tf.nn.sigmoid_cross_entropy_with_logits."""
+    return np.maximum(z, np.float32(0)) - z * t + np.log1p(np.exp(-np.abs(z)))
+
+
+def tf_cce(t, p, eps=EPS):
+    e = np.float32(eps)
+    p = p / p.sum(axis=-1, keepdims=True)
+    return -(t * np.log(np.minimum(np.maximum(p, e), np.float32(1) - e))).sum(axis=-1)
+
+
+EDGE_T = np.array([0, 1, 0.25], np.float32)[:, None]
+EDGE_P = np.array([0, 1, 1e-7, 1 - 1e-7, 1e-9, 0.5], np.float32)[None, :]
+EDGE_Z = np.array([-1e4, -100, -1, 0, 1, 100, 1e4], np.float32)[None, :]
+EDGE_ROWS = np.array([[1, 0, 0], [0, 1, 0], [0.5, 0.5, 0], [0, 0, 1]], np.float32)
+EDGE_LOGITS = np.array([[100, -100, 0], [1e4, 0, -1e4], [0, 0, 0], [-50, 50, 0]], np.float32)
+
+
+def test_binary_crossentropy_at_the_edges_equals_tf_keras():
+    t, p = np.broadcast_arrays(EDGE_T, EDGE_P)
+    got = np.asarray(K.binary_crossentropy(t, p))
+    np.testing.assert_allclose(got, tf_bce(t, p), rtol=1e-6)
+    assert got[0, 1] == pytest.approx(15.3332, abs=1e-4)  # target 0, output 1
+    # the same inside a compiled function (XLA may not fold 1 - p + eps into 1 + eps - p)
+    tp, pp = K.placeholder((None, 6)), K.placeholder((None, 6))
+    compiled = K.function([tp, pp], [K.binary_crossentropy(tp, pp)])
+    np.testing.assert_allclose(compiled([t, p])[0], tf_bce(t, p), rtol=1e-6)
+    t, z = np.broadcast_arrays(EDGE_T, EDGE_Z)
+    got = np.asarray(K.binary_crossentropy(t, z, from_logits=True))
+    # atol: XLA:CPU flushes float32 subnormals (exp(-100) here) to zero, as TF on CPU does
+    np.testing.assert_allclose(got, tf_bce_logits(t, z), rtol=1e-6, atol=1e-37)
+
+
+def test_binary_crossentropy_logits_gradient_at_zero():
+    t = np.array([0, 1, 0.25], np.float32)
+    grad = jax.grad(lambda z: K.sum(K.binary_crossentropy(t, z, from_logits=True)))
+    np.testing.assert_allclose(grad(np.zeros(3, np.float32)), 0.5 - t, rtol=1e-6)
+
+
+def test_categorical_crossentropies_at_the_edges_equal_tf_keras():
+    t = np.eye(3, dtype=np.float32)[[0, 0, 2, 1]]
+    np.testing.assert_allclose(K.categorical_crossentropy(t, EDGE_ROWS), tf_cce(t, EDGE_ROWS))
+    labels = np.array([0, 0, 2, 1], np.int32)
+    np.testing.assert_allclose(
+        K.sparse_categorical_crossentropy(labels, EDGE_ROWS),
+        np_sparse_cce(labels, EDGE_ROWS.astype(np.float64)),
+        rtol=1e-6,
+    )
+    logits = EDGE_LOGITS.astype(np.float64)
+    np.testing.assert_allclose(
+        K.categorical_crossentropy(t, EDGE_LOGITS, from_logits=True),
+        -(t * log_softmax(logits, axis=-1)).sum(-1),
+        rtol=1e-6,
+    )
+
+
+def test_crossentropies_follow_epsilon():
+    t, p = np.broadcast_arrays(EDGE_T, EDGE_P)
+    rows = np.eye(3, dtype=np.float32)[[0, 0, 2, 1]]
+    try:
+        K.set_epsilon(1e-3)
+        np.testing.assert_allclose(K.binary_crossentropy(t, p), tf_bce(t, p, 1e-3), rtol=1e-6)
+        np.testing.assert_allclose(
+            K.categorical_crossentropy(rows, EDGE_ROWS), tf_cce(rows, EDGE_ROWS, 1e-3), rtol=1e-6
+        )
+    finally:
+        K.set_epsilon(EPS)
+
+
+def test_crossentropy_of_a_graph_activation_uses_its_logits():
+    """As TF-Keras for a Sigmoid or Softmax op: the loss comes from the activation's input,
+    unclipped; concrete arrays (TF's eager tensors) are clipped as given."""
+    t, z = np.eye(3, dtype=np.float32)[[1, 0, 2, 0]], EDGE_LOGITS
+    tp, zp = K.placeholder((None, 3)), K.placeholder((None, 3))
+    exact = -(t * log_softmax(z.astype(np.float64), axis=-1)).sum(-1)
+    losses = [
+        K.categorical_crossentropy(tp, K.softmax(zp)),
+        K.sparse_categorical_crossentropy(K.argmax(tp), K.softmax(zp)),
+        K.binary_crossentropy(tp, K.sigmoid(zp)),
+    ]
+    with pytest.warns(UserWarning, match="from_logits=True, but output was computed by"):
+        losses.append(K.categorical_crossentropy(tp, K.softmax(zp), from_logits=True))
+    cce, sparse, bce, twice = K.function([tp, zp], losses)([t, z])
+    np.testing.assert_allclose(cce, exact, rtol=1e-6)
+    assert cce[0] == pytest.approx(200.0)  # clipped probabilities would give 16.1
+    np.testing.assert_allclose(sparse, exact, rtol=1e-6)
+    np.testing.assert_allclose(twice, exact, rtol=1e-6)
+    np.testing.assert_allclose(bce, tf_bce_logits(t, z), rtol=1e-6, atol=1e-37)
+    probs = np_softmax(z.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(
+        K.categorical_crossentropy(t, K.softmax(z)), tf_cce(t, probs), rtol=1e-6
+    )
+    # a softmax over another axis than the loss's is not taken apart
+    over_batch = K.function([tp, zp], [K.categorical_crossentropy(tp, K.softmax(zp, axis=0))])
+    columns = np_softmax(z.astype(np.float64), axis=0).astype(np.float32)
+    np.testing.assert_allclose(over_batch([t, z])[0], tf_cce(t, columns), rtol=1e-5)
