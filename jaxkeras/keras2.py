@@ -26,7 +26,9 @@ TensorFlow (and CNTK); :func:`install` gives them to jaxkeras too:
   ``manual_variable_initialization`` (:data:`TF_ONLY_BACKEND_NAMES`, its TensorFlow branch);
 - ``keras.layers.Lambda`` without ``output_shape`` infers its output shape by running its
   function on placeholders of the input's shape and dtype, as it does on TensorFlow (else it
-  warns and records the input's shape).
+  warns and records the input's shape);
+- ``keras.callbacks.TensorBoard`` is :class:`jaxkeras.tensorboard.TensorBoard` (Keras's own
+  imports TensorFlow).
 
 It also makes jaxkeras follow Keras's own floatx / epsilon / image_data_format settings, which
 Keras keeps in ``keras.backend.common``, and makes ``keras.optimizers.get`` (which
@@ -210,6 +212,7 @@ def install() -> None:
     config.follow(sys.modules["keras.backend.common"])
     _complete_backend(sys.modules["keras.backend"])
     _once_imported("keras.layers.core", _infer_lambda_shapes)
+    _once_imported("keras.callbacks", _use_our_tensorboard)
     _once_imported("keras.optimizers", _accept_protocol_optimizers)
     _once_imported("keras.engine.training_arrays", _announce_batch_sizes)
 
@@ -292,3 +295,9 @@ def _infer_lambda_shapes(core: Any) -> None:
     compute_output_shape._jaxkeras = True
     core.Lambda.compute_output_shape = compute_output_shape
 
+
+def _use_our_tensorboard(callbacks: Any) -> None:
+    """Makes ``keras.callbacks.TensorBoard`` jaxkeras's (Keras's own imports TensorFlow)."""
+    from jaxkeras import tensorboard
+
+    tensorboard.use_in_keras(callbacks)
