@@ -124,9 +124,11 @@ def _pool(x, pool_size, strides, padding, data_format, mode, lowering):
     if mode == "max":
         return reduce(x, "max")
     # Average over the real elements only: divide by the window sums of ones padded with zeros.
+    # 16-bit floats are summed in float32 and the mean returned in their dtype, as TF does.
     dtype = standard_result_type(x.dtype, jnp.float32)
     ones = jnp.ones([x.shape[a] if a in axes else 1 for a in range(x.ndim)], dtype)
-    return reduce(x.astype(dtype), "sum") / reduce(ones, "sum")
+    mean = reduce(x.astype(dtype), "sum") / reduce(ones, "sum")
+    return mean.astype(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else mean
 
 
 def _pool_nd(fn: str, n: int, x, pool_size, strides, padding, data_format, pool_mode, lowering):

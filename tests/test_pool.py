@@ -68,12 +68,24 @@ def test_each_pool_lowering_matches_reference(lowering, mode):
         np.testing.assert_allclose(np.asarray(got), np_pool(x, 2, 2, padding, mode=mode), **TOL)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32"])
-def test_average_pooling_of_other_types_averages_in_float32(dtype):
+@pytest.mark.parametrize(
+    ("dtype", "result"), [("float16", "float16"), ("bfloat16", "bfloat16"), ("int32", "float32")]
+)
+def test_average_pooling_of_other_types_averages_in_float32(dtype, result):
+    """16-bit floats are summed in float32 and averaged back in their own type, as TF does;
+    integers (which TF rejects) average to float32."""
     x = np.arange(32).reshape(1, 4, 4, 2) % 5  # exact in every type
     got = K.pool2d(jax.numpy.asarray(x).astype(dtype), (2, 2), pool_mode="avg")
-    assert got.dtype == "float32"
-    np.testing.assert_array_equal(got, K.pool2d(x.astype(np.float32), (2, 2), pool_mode="avg"))
+    assert got.dtype == result
+    want = K.pool2d(x.astype(np.float32), (2, 2), pool_mode="avg")
+    np.testing.assert_array_equal(got, np.asarray(want).astype(result))
+
+
+def test_average_pooling_of_float16_sums_in_float32():
+    # 2048 + 1 + 1 + 1 in float16 loses the ones (whatever the order: at most 2050, mean
+    # 512.5); in float32 it is 2051, and 2051 / 4 = 512.75 rounds to 513 in float16
+    x = jax.numpy.asarray(np.array([2048, 1, 1, 1], np.float16).reshape(1, 2, 2, 1))
+    assert float(K.pool2d(x, (2, 2), pool_mode="avg")[0, 0, 0, 0]) == 513.0
 
 
 def test_average_pooling_excludes_same_padding():
