@@ -177,9 +177,15 @@ class StateLayout:
         n_packs, n_up = len(self.packs), len(self.loose_updated)
         self.donated = (*range(len(self._updated_packs)), *range(n_packs, n_packs + n_up))
         self.n_args = n_packs + len(self._loose)
+        # A pack keeps the places of its dead members, whose names new variables may reuse:
+        # a member is a name the pack still holds.
         wanted, written = {*updated, *kept}, set(updated)
-        self._members = [[n for n in p.names if n in wanted] for p in self.packs]
-        self._written = [[n for n in p.names if n in written] for p in self._updated_packs]
+        self._members = [
+            [n for n in p.names if n in wanted and packs.get(n) is p] for p in self.packs
+        ]
+        self._written = [
+            [n for n in p.names if n in written and packs.get(n) is p] for p in self._updated_packs
+        ]
         self._pick = getter(self._loose)
 
     def args(self, values: Mapping[str, Any]) -> tuple | None:

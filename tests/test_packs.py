@@ -116,6 +116,21 @@ def test_a_deleted_variables_place_stays_unused():
     np.testing.assert_array_equal(K.get_value(keep), [6.0, 6.0])
 
 
+def test_a_new_variable_with_a_dead_members_name_is_not_read_from_its_old_place():
+    keep = K.variable([1.0, 2.0])
+    gone = K.variable([7.0, 7.0, 7.0], name="reused")
+    f = K.function([], [], updates=[K.update_add(keep, 1.0), K.update_add(gone, 1.0)])
+    f([])
+    del f, gone
+    gc.collect()
+    fresh = K.variable([1.0], name="reused")  # the same name, another shape
+    assert fresh.name == "reused"
+    g = K.function([], [fresh * 2.0], updates=[K.update_add(keep, 1.0), K.update_add(fresh, 1.0)])
+    np.testing.assert_array_equal(g([])[0], [2.0])
+    np.testing.assert_array_equal(K.get_value(fresh), [2.0])
+    np.testing.assert_array_equal(K.get_value(keep), [3.0, 4.0])
+
+
 def test_sparse_variables_stay_loose():
     dense = np.array([[0.0, 2.0], [3.0, 0.0]], np.float32)
     s = K.variable(scipy.sparse.csr_matrix(dense))
