@@ -10,6 +10,7 @@ as an external backend with ``KERAS_BACKEND=jaxkeras``.
 from jaxkeras import config as _config
 from jaxkeras import (
     distribution,  # Keras 3's keras.distribution: K.distribution.DataParallel, not flat
+    mixed_precision,  # dtype policies: K.mixed_precision.set_global_policy, not flat
     optimizers,  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
     process,  # the opt-in process-wide settings: K.process.enable_compilation_cache, not flat
 )
@@ -93,5 +94,6 @@ else:
     _settings = _config.load_keras_json()
     _keras2.watch_for_keras()
 process.apply_settings(_settings)  # only what the environment or keras.json asks for
+mixed_precision.apply_settings(_settings)  # the dtype policy, when one is asked for
 
 __version__ = "0.1.0"

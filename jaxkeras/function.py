@@ -22,7 +22,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
-from jaxkeras import cpu_memory, graph
+from jaxkeras import cpu_memory, graph, mixed_precision
 from jaxkeras.ahead import Ahead, planned_batch_sizes
 from jaxkeras.config import compiler_options
 from jaxkeras.graph import (
@@ -172,6 +172,9 @@ class Function:
         self._layout: StateLayout | None = None  # made by the first call (see _state_args)
         self._scalars = any(not s for s in map(graph.static_shape, self.outputs))
         self._grad_nodes = [n for n in nodes if isinstance(n, GradNode)]
+        # a train step (gradients taken for updates) scales its loss under mixed_float16
+        self._trains = bool(self._grad_nodes and self.updates)
+        self._loss_scale: tuple[str, ...] = ()  # its variables' names, once it has
         self._random = graph.random_nodes(roots)
         self._n_outputs = len(self.outputs)
         self._n_inputs = len(self.inputs)
@@ -190,11 +193,31 @@ class Function:
         # Gradient nodes first: their replay computes the loss and its ancestors once, for
         # the gradients and for the outputs that share them.
         payloads = [u.payload for u in self.updates]
+        if self._loss_scale and ctx.policy.loss_scaling:
+            ctx.loss_scale = mixed_precision.scaling_of(ctx.state)
         values = evaluate(self._grad_nodes + self.outputs + payloads, ctx, memo)
-        values = values[len(self._grad_nodes) :]
+        gradients, values = values[: len(self._grad_nodes)], values[len(self._grad_nodes) :]
         n_out = len(self.outputs)
         new, _ = compose_updates(self.updates, values[n_out:], ctx.read)
+        if ctx.loss_scale is not None:
+            new = mixed_precision.skip_unless_finite(ctx.loss_scale, gradients, new, ctx.state)
+        else:  # a policy without loss scaling keeps the scale
+            new.update((name, ctx.state[name]) for name in self._loss_scale)
         return values[:n_out], new
+
+    def _starts_scaling(self, policy: Any) -> bool:
+        """Whether this is a train step that runs under a loss-scaling ``policy`` for the
+        first time."""
+        return self._trains and policy.loss_scaling and not self._loss_scale
+
+    def _scale_losses(self) -> None:
+        """Adds the loss-scale variables to this train step's state (the first time it runs
+        under mixed_float16): it lays its state out and compiles again."""
+        names = tuple(v.name for v in mixed_precision.loss_scale_variables())
+        self._loss_scale = names
+        self._updated = [*self._updated, *names]
+        self.variable_names = sorted({*self.variable_names, *names})
+        self._layout, self._compiled, self._ahead = None, {}, None
 
     def pure(
         self,
@@ -224,6 +247,10 @@ class Function:
             ``(outputs, new_state)``: a list of output values and the state dict after the
             updates, with the same keys as ``state_values``.
         """
+        policy = mixed_precision.global_policy()
+        if self._starts_scaling(policy):
+            with STORE.lock.write():
+                self._scale_losses()
         missing = [n for n in self.variable_names if n not in state_values]
         if missing:
             raise KeyError(f"pure: state_values lacks variables {missing}; start from f.state()")
@@ -232,30 +259,34 @@ class Function:
                 f"pure: expected {len(self._feed_inputs)} feeds (for "
                 f"{[x.name for x in self._feed_inputs]}), got {len(feeds)}"
             )
-        ctx = Context(state=dict(state_values), rng=rng, learning_phase=learning_phase)
+        ctx = Context(
+            state=dict(state_values), rng=rng, learning_phase=learning_phase, policy=policy
+        )
         outputs, new = self._evaluate(ctx, feeds)
         new_state = dict(state_values)
         new_state.update(new)
         return outputs, new_state
 
-    def _traced(self, phase: int, args: Sequence, rng: Any, feeds: Sequence) -> Any:
+    def _traced(self, key: Any, args: Sequence, rng: Any, feeds: Sequence) -> Any:
         self.trace_count += 1
+        phase, policy = _phase_and_policy(key)
         layout = self._layout
         state = layout.state(args)
         keys = {
             node: derive_key(rng[0], rng[2 * i + 1], rng[2 * i + 2])
             for i, node in enumerate(self._random)
         }
-        ctx = Context(state=state, learning_phase=phase, keys=keys)
+        ctx = Context(state=state, learning_phase=phase, keys=keys, policy=policy)
         outputs, new = self._evaluate(ctx, feeds)
         if any(map(graph.is_bcoo, outputs)):
             self._convert = to_numpy
         new.update(zip(layout.loose_updated, _laid_out(layout.loose_updated, new)))
         return _laid_out_outputs(outputs), layout.new_state(args, new)
 
-    def _compile(self, phase: int, args: tuple) -> Any:
-        """Compiles the graph for ``phase`` (a function that updates variables is traced now,
-        on ``args``; one that only reads is traced by its first call).
+    def _compile(self, key: Any, args: tuple) -> Any:
+        """Compiles the graph for ``key``, its learning phase and dtype policy (see
+        :func:`_compile_key`; a function that updates variables is traced now, on ``args``; one
+        that only reads is traced by its first call).
 
         The compiled function takes flat positional arguments (the state, as laid out by
         :class:`~jaxkeras.packs.StateLayout`, its updated part donated; the random-run table
@@ -272,7 +303,7 @@ class Function:
 
         def run(*flat):
             rng = flat[n_state] if n_rng else None
-            outputs, new = self._traced(phase, flat[:n_state], rng, flat[first_feed:])
+            outputs, new = self._traced(key, flat[:n_state], rng, flat[first_feed:])
             return (*outputs, *new)
 
         if jax.process_count() > 1:
@@ -282,13 +313,13 @@ class Function:
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if donated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
             compiled = jax.jit(run, compiler_options=options)
-        self._compiled[phase] = compiled
+        self._compiled[key] = compiled
         return compiled
 
-    def _compile_first(self, phase: int, args: tuple) -> Any:
+    def _compile_first(self, key: Any, args: tuple) -> Any:
         """:meth:`_compile`, then the other batch sizes announced by
         :func:`jaxkeras.ahead.plan_batch_sizes` in the background (see :mod:`jaxkeras.ahead`)."""
-        compiled = self._compile(phase, args)
+        compiled = self._compile(key, args)
         self._ahead = None
         if planned_batch_sizes():
             ahead = Ahead(compiled, args, len(self._feed_inputs))
@@ -371,9 +402,12 @@ class Function:
         """
         phase, feeds = self._feeds(inputs)
         rng = (np.zeros(2 * len(self._random) + 1, np.uint32),) if self._random else ()
+        key = _compile_key(phase)
         with STORE.lock.write():
+            if self._starts_scaling(_phase_and_policy(key)[1]):
+                self._scale_losses()
             args = (*self._state_args(), *rng, *feeds)
-            compiled = self._compiled.get(phase) or self._compile(phase, args)
+            compiled = self._compiled.get(key) or self._compile(key, args)
             return compiled.lower(*args)
 
     def _state_args(self) -> tuple:
@@ -402,11 +436,13 @@ class Function:
         return self._layout.args(STORE.values)
 
     def _compiled_for(self, phase: int, args: tuple, feeds: list) -> Any:
-        """The executable for a call in ``phase`` on state ``args`` and ``feeds``: compiled by
-        the first call, or waited for when it is one of the planned sizes compiling ahead."""
-        compiled = self._compiled.get(phase)
+        """The executable for a call in ``phase`` (under the dtype policy in effect) on state
+        ``args`` and ``feeds``: compiled by the first call, or waited for when it is one of the
+        planned sizes compiling ahead."""
+        key = _compile_key(phase)
+        compiled = self._compiled.get(key)
         if compiled is None:
-            return self._compile_first(phase, (*args, *feeds))
+            return self._compile_first(key, (*args, *feeds))
         if (ahead := self._ahead) is not None and ahead.wait(feeds):
             self._ahead = None  # (read into a local: readers run concurrently)
         return compiled
@@ -438,6 +474,8 @@ class Function:
         if self._updated:
             lock.acquire_write()
             try:
+                if self._trains and self._starts_scaling(mixed_precision.global_policy()):
+                    self._scale_losses()
                 layout = self._layout
                 args = None if layout is None else layout.args(values)
                 if args is None:
@@ -473,6 +511,20 @@ class Function:
 _ARRAY_TYPES = (np.ndarray, ARRAY_TYPE)
 _BORROWED_BYTES = cpu_memory.BORROWED_BYTES
 _SEQUENCES = (list, tuple)
+
+
+def _compile_key(phase: int) -> Any:
+    """What a compilation is for: the learning phase, with the dtype policy's name unless it
+    is float32's (a function compiles once per phase and policy)."""
+    name = mixed_precision.global_policy().name
+    return phase if name == "float32" else (phase, name)
+
+
+def _phase_and_policy(key: Any) -> tuple[int, Any]:
+    """The learning phase and the :class:`~jaxkeras.mixed_precision.Policy` of ``key``."""
+    if isinstance(key, tuple):
+        return key[0], mixed_precision.POLICIES[key[1]]
+    return key, mixed_precision.POLICIES["float32"]
 
 
 def _laid_out(names: list[str], new: dict[str, Any]) -> list:

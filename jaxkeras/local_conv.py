@@ -7,11 +7,13 @@ kernels in one batched matmul.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
+from jax import lax
 
 from jaxkeras.checks import (
     check_data_format,
@@ -20,6 +22,7 @@ from jaxkeras.checks import (
     check_same_size,
 )
 from jaxkeras.graph import op
+from jaxkeras.mixed_precision import product
 from jaxkeras.spatial import (
     channel_axis,
     common_dtype,
@@ -28,6 +31,9 @@ from jaxkeras.spatial import (
 )
 
 __all__ = ["local_conv1d", "local_conv2d"]
+
+# (batch, positions, features) x (positions, features, filters) -> (positions, batch, filters)
+_PER_POSITION = functools.partial(lax.dot_general, dimension_numbers=(((2,), (1,)), ((1,), (0,))))
 
 
 @op(name="local_conv", jit=("kernel_size", "strides", "out_sizes", "data_format"))
@@ -42,7 +48,7 @@ def _local_conv(inputs, kernel, kernel_size, strides, out_sizes, data_format):
         patches = jnp.moveaxis(jnp.stack(slices, axis=2), (1, 2), (-2, -1))
     positions = math.prod(out_sizes)
     patches = patches.reshape(patches.shape[0], positions, kernel.shape[1])
-    y = jnp.einsum("bpf,pfo->bpo", patches, kernel)
+    y = jnp.moveaxis(product(_PER_POSITION, patches, kernel), 0, 1)  # (batch, positions, filters)
     y = y.reshape(y.shape[0], *out_sizes, kernel.shape[2])
     return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from jaxkeras.checks import (
     is_int,
 )
 from jaxkeras.graph import op, static_shape
+from jaxkeras.mixed_precision import product
 from jaxkeras.ops_common import (
     TensorLike,
 )
@@ -33,8 +35,11 @@ def _dot_splits(x: Any, y: Any) -> tuple[int, int, int] | None:
     return (1, -1, -1) if len(static_shape(y) or ()) >= 2 else None
 
 
-# the body is jax.numpy's: no Python frame between
-_dot = op(jnp.dot, name="dot", splits=_dot_splits)
+def _dot_body(x: Any, y: Any) -> Any:
+    return product(jnp.dot, x, y)
+
+
+_dot = op(_dot_body, name="dot", splits=_dot_splits)
 
 
 def dot(x: TensorLike, y: TensorLike) -> TensorLike:
@@ -68,7 +73,8 @@ def dot(x: TensorLike, y: TensorLike) -> TensorLike:
 def _batch_dot(x: Any, y: Any, axes: tuple[int, int], pad: bool) -> Any:
     dtype = jnp.result_type(x, y)
     dims = (((axes[0],), (axes[1],)), ((0,), (0,)))
-    result = lax.dot_general(jnp.asarray(x, dtype), jnp.asarray(y, dtype), dims)
+    contract = functools.partial(lax.dot_general, dimension_numbers=dims)
+    result = product(contract, jnp.asarray(x, dtype), jnp.asarray(y, dtype))
     return result[:, None] if pad else result
 
 

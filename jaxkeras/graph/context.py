@@ -152,6 +152,9 @@ class Context:
         learning_phase: 0 or 1 (static); ``None`` means the global default.
         scope: True for a user-facing state scope, in which ops on variables run at once and
             updates are applied at once.
+        keys: random node -> its key (a compiled function's, derived once per call).
+        policy: the dtype policy products follow here (:mod:`jaxkeras.mixed_precision`);
+            ``None`` for the one in effect when they are evaluated.
     """
 
     def __init__(
@@ -161,8 +164,11 @@ class Context:
         learning_phase: int | None = None,
         scope: bool = False,
         keys: dict | None = None,
+        policy: Any = None,
     ) -> None:
         self.state: dict[str, Any] = {} if state is None else state
+        self.policy = policy
+        self.loss_scale: Any = None  # jmp's DynamicLossScale while a train step scales its loss
         self._rng = rng
         self._keys: dict = {} if keys is None else keys
         self._learning_phase = learning_phase

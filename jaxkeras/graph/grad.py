@@ -70,15 +70,17 @@ class GradNode(Tensor):
                     replay[x] = memo[x] + delta
             (loss,) = evaluate([self._loss], ctx, replay, perturb)
             replayed[:] = [n for n in replay if n in self._dependent and _is_array_tree(replay[n])]
-            return jnp.sum(loss), [replay[n] for n in replayed]
+            total = jnp.sum(loss)
+            return total if scaling is None else scaling.scale(total), [replay[n] for n in replayed]
 
+        scaling = ctx.loss_scale  # a train step under mixed_float16 (jaxkeras.mixed_precision)
         zeros = [jnp.zeros_like(memo[x]) for x in xs]
         (_, values), grads = jax.value_and_grad(total, argnums=tuple(range(len(xs))), has_aux=True)(
             *zeros
         )
         for node, value in zip(replayed, values):
             memo.setdefault(node, value)
-        return grads
+        return grads if scaling is None else scaling.unscale(grads)
 
 
 def _is_array_tree(value: Any) -> bool:
