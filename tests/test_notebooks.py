@@ -13,13 +13,14 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CALL_OPTAX = {"04_functional_jax"}
 
 
-def test_the_five_notebooks_are_there():
+def test_the_six_notebooks_are_there():
     assert [path.stem for path in NOTEBOOKS] == [
         "01_quickstart",
         "02_digits_convnet",
         "03_sequences",
         "04_functional_jax",
         "05_research_gradients",
+        "06_mixed_precision",
     ]
 
 
