@@ -23,18 +23,35 @@ alike:
 
 6. ``K.conv3d`` forward+backward with ``'auto'`` against ``'lax'`` on the conv_lstm example's
    Conv3D layer, (10, 15, 40, 40, 40) to 1 filter.
+7. ``K.depthwise_conv2d``, ``K.separable_conv2d`` and ``K.separable_conv1d`` forward and
+   forward+backward (the VJP to the input and every kernel), ``taps`` (each window offset's
+   strided slice times its per-channel filters, summed) against ``lax`` (a grouped
+   convolution), at layer sizes of MobileNet, MobileNetV2 and Xception (batch 4, 'same'); and
+   the lowering ``'auto'`` picks here against TF-Keras 2.x's backend (``tf_keras.backend``;
+   ``SeparableConv1D``'s ``tf.nn.separable_conv2d`` on an added axis for the 1-D case), run
+   in its own environment, ``.venv-bench`` (``$BENCH_TF_PYTHON`` names another interpreter
+   with TensorFlow and tf_keras; without one those rows are left out).
 
-Ratios above 1: slower than ``lax``. These results set ``conv.conv_lowering``,
-``conv.transpose_lowering`` and ``pool.pool_lowering``.
+Ratios above 1: slower than ``lax`` (or TF-Keras). These results set ``conv.conv_lowering``,
+``conv.transpose_lowering``, ``conv.depthwise_lowering`` and ``pool.pool_lowering``.
 
-Run: ``python benchmarks/bench_conv.py [--quick]``.
+Run: ``python benchmarks/bench_conv.py [--quick] [--only depthwise]`` (``--only depthwise``:
+table 7 alone); ``--side tf_keras`` times TF-Keras's depthwise and separable cases alone
+(prints JSON).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +62,7 @@ from jax import lax
 import jaxkeras as K
 from jaxkeras import conv
 
+ROOT = Path(__file__).resolve().parent.parent
 BATCH = 128
 LAYERS = [(28, 1, 32), (14, 32, 64)]  # (size, in_channels, out_channels), 3x3 kernels
 PADDINGS = ("same", "valid")
@@ -255,6 +273,171 @@ def conv3d_auto_row(repeats: int, quick: bool) -> Row:
     return row
 
 
+# (figure, op, input shape, depthwise kernel shape, pointwise filters or None, stride); 'same'
+DEPTHWISE_CASES = [
+    ("MobileNetV2 (4, 1, 1, 960) 3x3", "depthwise_conv2d", (4, 1, 1, 960), (3, 3, 960, 1), None, 1),
+    (
+        "MobileNetV2 (4, 28, 28, 144) 3x3 stride 2",
+        "depthwise_conv2d",
+        (4, 28, 28, 144),
+        (3, 3, 144, 1),
+        None,
+        2,
+    ),
+    (
+        "MobileNet (4, 56, 56, 128) 3x3",
+        "depthwise_conv2d",
+        (4, 56, 56, 128),
+        (3, 3, 128, 1),
+        None,
+        1,
+    ),
+    (
+        "multiplier 2 (4, 28, 28, 32) 3x3",
+        "depthwise_conv2d",
+        (4, 28, 28, 32),
+        (3, 3, 32, 2),
+        None,
+        1,
+    ),
+    (
+        "Xception (4, 19, 19, 728) 3x3 -> 728",
+        "separable_conv2d",
+        (4, 19, 19, 728),
+        (3, 3, 728, 1),
+        728,
+        1,
+    ),
+    ("(4, 100, 64) k5 -> 64", "separable_conv1d", (4, 100, 64), (5, 64, 1), 64, 1),
+]
+
+
+def depthwise_arrays(index: int) -> tuple[np.ndarray, ...]:
+    """The arguments of ``DEPTHWISE_CASES[index]``, float32 NumPy arrays drawn from a generator
+    seeded by the case's index (the same on both sides)."""
+    _, _, x_shape, d_shape, filters, _ = DEPTHWISE_CASES[index]
+    rng = np.random.default_rng(index)
+    args = [rng.standard_normal(x_shape), 0.1 * rng.standard_normal(d_shape)]
+    if filters is not None:
+        depth = d_shape[-2] * d_shape[-1]
+        ones = (1,) * (len(d_shape) - 2)
+        args.append(0.05 * rng.standard_normal((*ones, depth, filters)))
+    return tuple(a.astype(np.float32) for a in args)
+
+
+def checksum(y: Any, index: int) -> tuple[float, float]:
+    """An order-sensitive digest of case ``index``'s output: its inner product with fixed
+    random weights, and the scale its rounding errors go with (the output's norm)."""
+    y = np.asarray(y, np.float64)
+    weights = np.random.default_rng(1000 + index).standard_normal(y.shape)
+    return float(np.sum(y * weights)), float(np.linalg.norm(y))
+
+
+def depthwise_rows(repeats: int) -> tuple[list, dict, dict]:
+    """``taps`` against ``lax`` per case (rows for :func:`lowering_rows`); per case, the
+    forward+backward times of the lowering ``'auto'`` picks here and the output's
+    :func:`checksum` (for the TF-Keras rows)."""
+    chosen = conv.depthwise_lowering(jax.default_backend())
+    rows, times, sums = [], {}, {}
+    for index, (label, name, x_shape, _, _, stride) in enumerate(DEPTHWISE_CASES):
+        args = depthwise_arrays(index)
+        strides = (stride,) * (len(x_shape) - 2)
+        fns = {
+            low: functools.partial(getattr(K, name), strides=strides, padding="same", lowering=low)
+            for low in ("lax", "taps")
+        }
+        pair = compare(f"`K.{name}` {label}", fns, args, repeats, np.random.default_rng(index))
+        rows += pair
+        times[index] = pair[1][1][chosen]
+        sums[index] = checksum(fns[chosen](*args), index)
+    return rows, times, sums
+
+
+def tf_keras_side(repeats: int) -> dict:
+    """TF-Keras's forward+backward of every depthwise case (in ``.venv-bench``): per case the
+    CPU seconds of each call after two warm-up calls, and the output's :func:`checksum`."""
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    import tensorflow as tf
+    import tf_keras
+
+    results = {}
+    for index, (_, name, _, _, _, stride) in enumerate(DEPTHWISE_CASES):
+        args = [tf.constant(a) for a in depthwise_arrays(index)]
+        if name == "separable_conv1d":
+            forward = functools.partial(_tf_separable_conv1d, tf, stride=stride)
+        else:
+            op = getattr(tf_keras.backend, name)
+            forward = functools.partial(op, strides=(stride, stride), padding="same")
+        y = forward(*args)
+        ct = tf.constant(np.random.default_rng(index).standard_normal(y.shape), tf.float32)
+
+        @tf.function
+        def both(*args, forward=forward, ct=ct):
+            with tf.GradientTape() as tape:
+                tape.watch(args)
+                y = forward(*args)
+            return tape.gradient(y, args, output_gradients=ct)
+
+        for _ in range(2):
+            [g.numpy() for g in both(*args)]
+        seconds = []
+        for _ in range(repeats):
+            start = time.process_time()
+            [g.numpy() for g in both(*args)]
+            seconds.append(time.process_time() - start)
+        results[index] = {"seconds": seconds, "checksum": checksum(y.numpy(), index)}
+    return results
+
+
+def _tf_separable_conv1d(tf: Any, x: Any, depthwise: Any, pointwise: Any, stride: int) -> Any:
+    """TF-Keras's ``SeparableConv1D``: ``tf.nn.separable_conv2d`` on an added rows axis."""
+    y = tf.nn.separable_conv2d(
+        tf.expand_dims(x, 1),
+        tf.expand_dims(depthwise, 0),
+        tf.expand_dims(pointwise, 0),
+        strides=(1, stride, stride, 1),
+        padding="SAME",
+    )
+    return tf.squeeze(y, [1])
+
+
+def tf_keras_rows(repeats: int, times: dict, sums: dict) -> list[Row]:
+    """Rows of jaxkeras' ``'auto'`` against TF-Keras per depthwise case (none when TF-Keras's
+    interpreter is missing or fails); each output's checksum must agree."""
+    python = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
+    if not python.exists():
+        print(f"bench_conv: {python} is missing: no TF-Keras rows", file=sys.stderr)
+        return []
+    command = [str(python), __file__, "--side", "tf_keras", "--repeats", str(repeats)]
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        print(f"bench_conv: TF-Keras failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+        return []
+    theirs = {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+    chosen = conv.depthwise_lowering(jax.default_backend())
+    rows = []
+    for index, (label, name, *_) in enumerate(DEPTHWISE_CASES):
+        (ours_sum, scale), (their_sum, _) = sums[index], theirs[index]["checksum"]
+        if abs(ours_sum - their_sum) > 1e-4 * scale:
+            raise AssertionError(f"{label}: TF-Keras computes another output ({their_sum})")
+        rows.append(
+            ratio_row(
+                f"`K.{name}` {label} fwd+bwd: 'auto' vs TF-Keras",
+                times[index],
+                theirs[index]["seconds"],
+                None,
+                f"'auto' is {chosen} here; TF-Keras 2.x in its own process; CPU time",
+            )
+        )
+    return rows
+
+
+def depthwise_section(repeats: int) -> list[Row]:
+    """The depthwise and separable rows: ``taps`` against ``lax``, then against TF-Keras."""
+    cases, times, sums = depthwise_rows(repeats)
+    return lowering_rows("depthwise", cases) + tf_keras_rows(repeats, times, sums)
+
+
 def lowering_rows(label: str, rows: list, baseline: str = "lax") -> list[Row]:
     """Results-table rows: each other lowering against ``baseline``, per case."""
     return [
@@ -272,7 +455,8 @@ def main(quick: bool = False) -> list[Row]:
         quick: fewer repetitions (and the conv3d figure at batch 2).
 
     Returns:
-        The rows of the results table (ratios: the lowering's time over ``lax``'s).
+        The rows of the results table (ratios: the lowering's time over ``lax``'s, or
+        jaxkeras' over TF-Keras's).
     """
     repeats = 5 if quick else 15
     rng = np.random.default_rng(0)
@@ -282,10 +466,20 @@ def main(quick: bool = False) -> list[Row]:
     rows += lowering_rows("pool2d", pool_rows(repeats, rng))
     rows += lowering_rows("convnet SGD step", train_rows(repeats, rng))
     rows.append(conv3d_auto_row(3 if quick else 7, quick))
+    rows += depthwise_section(repeats)
     return rows
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    print(markdown_table(main(parser.parse_args().quick)))
+    parser.add_argument("--side", choices=["tf_keras"], help="time TF-Keras's cases alone")
+    parser.add_argument("--repeats", type=int, default=15, help="with --side: rounds")
+    parser.add_argument("--only", choices=["depthwise"], help="only table 7")
+    cli = parser.parse_args()
+    if cli.side:
+        print(json.dumps(tf_keras_side(cli.repeats)))
+    elif cli.only:
+        print(markdown_table(depthwise_section(5 if cli.quick else 15)))
+    else:
+        print(markdown_table(main(cli.quick)))

@@ -9,7 +9,9 @@ no data is transposed. Plain convolutions have three more lowerings, chosen per 
 dot with every window offset's kernel, then a sum of shifted slices), and XLA's convolution
 with matmul gradients (``'lax_im2col'``). Transposed convolutions have one more, ``'col2im'``
 (one matmul, then each window offset's slice added in place), chosen on CPU by
-:func:`transpose_lowering`.
+:func:`transpose_lowering`. Depthwise convolutions (and the depthwise step of separable ones)
+are XLA's grouped convolution or ``'taps'`` (a sum of the input's shifted slices times each
+window offset's per-channel filters), chosen per platform by :func:`depthwise_lowering`.
 """
 
 from __future__ import annotations
@@ -172,9 +174,8 @@ def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
     return lax.dot_general(x, matrix, (((c_axis,), (0,)), ((), ())))
 
 
-def _input_windows(x, kernel, strides, pads, dilation, data_format):
-    """The padded input's strided slice at each window offset (row-major over the window): at
-    output position ``o``, the elements the offset's kernel entry multiplies."""
+def _padded_input(x, kernel, strides, pads, dilation, data_format):
+    """The input padded, its spatial axes, and the output's spatial sizes."""
     n = kernel.ndim - 2
     axes = spatial_axes(n, data_format)
     x = pad_spatial(x, axes, pads)
@@ -182,7 +183,14 @@ def _input_windows(x, kernel, strides, pads, dilation, data_format):
         output_size(x.shape[a], k, s, d, "valid")
         for a, k, s, d in zip(axes, kernel.shape[:n], strides, dilation)
     ]
-    return window_slices(x, axes, kernel.shape[:n], strides, dilation, outs)
+    return x, axes, outs
+
+
+def _input_windows(x, kernel, strides, pads, dilation, data_format):
+    """The padded input's strided slice at each window offset (row-major over the window): at
+    output position ``o``, the elements the offset's kernel entry multiplies."""
+    x, axes, outs = _padded_input(x, kernel, strides, pads, dilation, data_format)
+    return window_slices(x, axes, kernel.shape[: kernel.ndim - 2], strides, dilation, outs)
 
 
 def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
@@ -327,28 +335,193 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     )
 
 
-def _depthwise(x, kernel, strides, padding, dilation, data_format):
+DEPTHWISE_LOWERINGS = ("auto", "lax", "taps")
+
+
+def depthwise_lowering(platform: str) -> str:
+    """The lowering ``lowering='auto'`` uses for a depthwise convolution on ``platform`` (and
+    for a separable one).
+
+    XLA:CPU runs a grouped convolution slower than ``'taps'`` even forward, and differentiates
+    it far worse: the kernel's gradient is a batch-grouped convolution, which XLA rewrites into
+    an ungrouped one over every pair of channels, ``channels`` times the work (see the comment
+    at :func:`_taps_depthwise_sum`). ``'taps'`` needs no convolution: each window offset
+    multiplies the input's strided slice by its per-channel filters, and the gradients are
+    elementwise products and sums too; a separable convolution's pointwise step is then one
+    matmul, whose gradients XLA:CPU runs faster than its 1x1 convolution's.
+    ``benchmarks/bench_conv.py`` measures ``'taps'`` the faster forward and forward+backward at
+    every depthwise and separable layer it tries (MobileNet, MobileNetV2 and Xception sizes,
+    strides 1 and 2, multipliers 1 and 2, 1-D and 2-D); the figures are in
+    ``benchmarks/RESULTS.md``.
+
+    Accelerators keep XLA's grouped convolution (cuDNN has depthwise kernels).
+
+    Args:
+        platform: a JAX platform name (``'cpu'``, ``'cuda'``, ``'rocm'``, ``'tpu'``, ...).
+
+    Returns:
+        ``'taps'`` or ``'lax'``.
+    """
+    return "taps" if platform == "cpu" else "lax"
+
+
+def _lax_depthwise(x, kernel, strides, pads, dilation, data_format):
     """Depthwise convolution as a grouped convolution: one group per input channel, output
     channel ``c * multiplier + m`` (TensorFlow's order)."""
-    x, kernel = common_dtype(x, kernel)
     n = kernel.ndim - 2
-    pads = _pads_for(x, kernel, strides, padding, dilation, data_format)
     grouped = kernel.reshape(*kernel.shape[:n], 1, -1)
     return _lax_conv(x, grouped, strides, pads, dilation, data_format, groups=kernel.shape[n])
 
 
+def _scale_channels(x: Any, filters: Any, c_axis: int) -> Any:
+    """Input channel ``c`` of ``x`` times ``filters[c, m]``, as output channel
+    ``c * multiplier + m``.
+
+    Args:
+        x: an array with its channels on ``c_axis`` (non-negative).
+        filters: ``(channels, multiplier)``.
+        c_axis: ``x``'s channel axis.
+
+    Returns:
+        ``x``'s shape with ``channels * multiplier`` channels.
+    """
+    channels, multiplier = filters.shape
+    if multiplier == 1:  # no multiplier axis: XLA:CPU sums a rank-5 product over its
+        # positions several times slower (the kernel's gradient)
+        return x * filters.reshape([channels if a == c_axis else 1 for a in range(x.ndim)])
+    shape = [1] * (x.ndim + 1)
+    shape[c_axis : c_axis + 2] = [channels, multiplier]
+    y = jnp.expand_dims(x, c_axis + 1) * filters.reshape(shape)
+    return y.reshape(*x.shape[:c_axis], channels * multiplier, *x.shape[c_axis + 1 :])
+
+
+def _taps_of_slices(x, kernel, strides, pads, dilation, data_format):
+    """The depthwise taps sum, each window offset's strided slice of the input times the
+    offset's per-channel filters. With a multiplier, each filter index ``m`` sums on its own
+    and the sums interleave as channels ``c * multiplier + m``: the gradient with respect to
+    the input is then one elementwise sum of the cotangent's products padded into place (with
+    a multiplier axis in each product, XLA:CPU wrote out a sum over it per offset)."""
+    n = kernel.ndim - 2
+    slices = _input_windows(x, kernel, strides, pads, dilation, data_format)
+    c_axis = channel_axis(n, data_format)
+    filters = kernel.reshape(len(slices), *kernel.shape[n:])
+    sums = [
+        functools.reduce(
+            operator.add,
+            (_scale_channels(s, f[:, m : m + 1], c_axis) for s, f in zip(slices, filters)),
+        )
+        for m in range(kernel.shape[-1])
+    ]
+    if len(sums) == 1:
+        return sums[0]
+    y = jnp.stack(sums, axis=c_axis + 1)
+    return y.reshape(*y.shape[:c_axis], -1, *y.shape[c_axis + 2 :])
+
+
+def _taps_of_scaled_input(x, kernel, strides, pads, dilation, data_format):
+    """The same sum with the padded input scaled by each offset's filters first, then sliced.
+    The gradient with respect to the kernel is then, per offset, the sum over batch and
+    positions of the padded input times the cotangent padded into place, which XLA:CPU
+    computes reading both where they are; from slices of the input (:func:`_taps_of_slices`)
+    it writes every offset's slice out first. Strides pad the cotangent with holes, which it
+    writes out too."""
+    n = kernel.ndim - 2
+    x, axes, outs = _padded_input(x, kernel, strides, pads, dilation, data_format)
+    c_axis = channel_axis(n, data_format)
+    offsets = itertools.product(*(range(k) for k in kernel.shape[:n]))
+    filters = kernel.reshape(-1, *kernel.shape[n:])
+    return functools.reduce(
+        operator.add,
+        (
+            window_slice(_scale_channels(x, f, c_axis), axes, offset, strides, dilation, outs)
+            for offset, f in zip(offsets, filters)
+        ),
+    )
+
+
+def _taps_depthwise(x, kernel, strides, pads, dilation, data_format):
+    """Depthwise convolution as a sum over the window's offsets of the input's strided slice at
+    that offset times the offset's per-channel filters: elementwise multiply-adds, no
+    convolution (see :func:`_taps_depthwise_sum`)."""
+    pads = tuple(tuple(p) for p in pads)
+    return _taps_depthwise_sum(x, kernel, tuple(strides), pads, tuple(dilation), data_format)
+
+
+# Works around XLA's slow gradient of a grouped convolution,
+# https://github.com/jax-ml/jax/issues/13800 (reported on GPU). On CPU the kernel's gradient is
+# a batch-grouped convolution that XLA rewrites into an ungrouped one (the
+# convolution_group_converter pass, https://github.com/tensorflow/tensorflow/pull/31597): a
+# (channels, kh, kw, channels) result for a (kh, kw, channels, 1) kernel.
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _taps_depthwise_sum(x, kernel, strides, pads, dilation, data_format):
+    """:func:`_taps_of_slices`, whose tangent with respect to the kernel is
+    :func:`_taps_of_scaled_input`'s at stride 1 (reverse mode transposes each form into the
+    gradient that form makes fast: the input's, the kernel's)."""
+    return _taps_of_slices(x, kernel, strides, pads, dilation, data_format)
+
+
+def _taps_depthwise_jvp(strides, pads, dilation, data_format, primals, tangents):
+    (x, kernel), (dx, dkernel) = primals, tangents
+    args = (strides, pads, dilation, data_format)
+    y = _taps_of_slices(x, kernel, *args)
+    terms = []
+    if type(dx) is not SymbolicZero:
+        terms.append(_taps_of_slices(dx, kernel, *args))
+    if type(dkernel) is not SymbolicZero:
+        unstrided = all(s == 1 for s in strides)
+        terms.append((_taps_of_scaled_input if unstrided else _taps_of_slices)(x, dkernel, *args))
+    return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
+
+
+_taps_depthwise_sum.defjvp(_taps_depthwise_jvp, symbolic_zeros=True)
+
+_DEPTHWISE_LOWERINGS = {"lax": _lax_depthwise, "taps": _taps_depthwise}
+_POINTWISE_LOWERINGS = {"lax": _lax_conv, "taps": _im2col_conv}  # a 1x1 im2col: one matmul
+
+
+def _depthwise(x, kernel, strides, padding, dilation, data_format, lowering):
+    """Depthwise convolution: each input channel with its own ``multiplier`` filters."""
+    x, kernel = common_dtype(x, kernel)
+    pads = _pads_for(x, kernel, strides, padding, dilation, data_format)
+    return lower(
+        _DEPTHWISE_LOWERINGS,
+        lowering,
+        depthwise_lowering("cpu"),
+        (x, kernel),
+        strides,
+        pads,
+        dilation,
+        data_format,
+    )
+
+
 _depthwise_conv = op(
-    _depthwise, name="depthwise_conv", jit=("strides", "padding", "dilation", "data_format")
+    _depthwise,
+    name="depthwise_conv",
+    jit=("strides", "padding", "dilation", "data_format", "lowering"),
 )
 
 
-@op(name="separable_conv", jit=("strides", "padding", "dilation", "data_format"))
-def _separable_conv(x, depthwise_kernel, pointwise_kernel, strides, padding, dilation, data_format):
-    y = _depthwise(x, depthwise_kernel, strides, padding, dilation, data_format)
+@op(name="separable_conv", jit=("strides", "padding", "dilation", "data_format", "lowering"))
+def _separable_conv(
+    x, depthwise_kernel, pointwise_kernel, strides, padding, dilation, data_format, lowering
+):
+    """A depthwise step, then a pointwise one: XLA's 1x1 convolution after ``'lax'``, one
+    matmul over the channels after ``'taps'`` (on CPU its gradients are the faster too)."""
+    y = _depthwise(x, depthwise_kernel, strides, padding, dilation, data_format, lowering)
     y, pointwise_kernel = common_dtype(y, pointwise_kernel)
     n = pointwise_kernel.ndim - 2
     ones = (1,) * n
-    return _lax_conv(y, pointwise_kernel, ones, [(0, 0)] * n, ones, data_format)
+    return lower(
+        _POINTWISE_LOWERINGS,
+        lowering,
+        depthwise_lowering("cpu"),
+        (y, pointwise_kernel),
+        ones,
+        [(0, 0)] * n,
+        ones,
+        data_format,
+    )
 
 
 def transpose_lowering(platform: str, in_sizes: Sequence[int], out_sizes: Sequence[int]) -> str:
@@ -546,13 +719,16 @@ def _plain_conv(
 
 
 def _depthwise_spec(
-    fn: str, n: int, x, depthwise_kernel, strides, padding, data_format, dilation_rate
-) -> tuple[_Spec, tuple]:
+    fn: str, n: int, x, depthwise_kernel, strides, padding, data_format, dilation_rate, lowering
+) -> tuple[_Spec, tuple, str]:
+    """The validated arguments of a depthwise step: its spec, the depthwise kernel's static
+    shape and the lowering (lower-cased)."""
     spec = _Spec(fn, n, x, strides, padding, data_format, dilation_rate)
+    lowering = check_choice(fn, "lowering", lowering, allowed=DEPTHWISE_LOWERINGS)
     d_shape = spec.kernel(depthwise_kernel, "in_channels, multiplier", "depthwise_kernel")
     check_same_size(fn, "input channels of x and depthwise_kernel", spec.channels, d_shape[n])
     spec.check_window(spec.sizes, d_shape)
-    return spec, d_shape
+    return spec, d_shape, lowering
 
 
 def _separable(
@@ -565,9 +741,10 @@ def _separable(
     padding,
     data_format,
     dilation_rate,
+    lowering,
 ):
-    spec, d_shape = _depthwise_spec(
-        fn, n, x, depthwise_kernel, strides, padding, data_format, dilation_rate
+    spec, d_shape, lowering = _depthwise_spec(
+        fn, n, x, depthwise_kernel, strides, padding, data_format, dilation_rate, lowering
     )
     p_shape = spec.kernel(
         pointwise_kernel, "in_channels * multiplier, out_channels", "pointwise_kernel"
@@ -591,6 +768,7 @@ def _separable(
         spec.padding,
         spec.dilation,
         spec.data_format,
+        lowering,
     )
 
 
@@ -873,6 +1051,8 @@ def depthwise_conv2d(
     padding: str = "valid",
     data_format: str | None = None,
     dilation_rate: int | Sequence[int] = (1, 1),
+    *,
+    lowering: str = "auto",
 ) -> Any:
     """2D depthwise convolution: each input channel convolved with its own filters.
 
@@ -883,20 +1063,38 @@ def depthwise_conv2d(
         padding: ``'valid'`` or ``'same'``.
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 2-tuple.
+        lowering: ``'auto'`` (per platform, see :func:`depthwise_lowering`), ``'lax'``
+            (``lax.conv_general_dilated`` with one group per input channel) or ``'taps'``
+            (each window offset's strided slice of the input times its per-channel filters,
+            summed).
 
     Returns:
         The output with ``in_channels * multiplier`` channels; channel ``c * multiplier + m``
         is input channel ``c`` convolved with ``depthwise_kernel[..., c, m]``.
 
     Raises:
-        ValueError: for an unknown ``padding`` or ``data_format``, a rank other than 4, or
-            mismatched channels.
+        ValueError: for an unknown ``padding``, ``data_format`` or ``lowering``, a rank other
+            than 4, or mismatched channels.
+
+    Example:
+        >>> x = K.placeholder((None, 28, 28, 8))
+        >>> kernel = K.variable(np.ones((3, 3, 8, 2)))
+        >>> K.int_shape(K.depthwise_conv2d(x, kernel, (2, 2), "same"))
+        (None, 14, 14, 16)
     """
-    spec, _ = _depthwise_spec(
-        "depthwise_conv2d", 2, x, depthwise_kernel, strides, padding, data_format, dilation_rate
+    spec, _, lowering = _depthwise_spec(
+        "depthwise_conv2d",
+        2,
+        x,
+        depthwise_kernel,
+        strides,
+        padding,
+        data_format,
+        dilation_rate,
+        lowering,
     )
     return _depthwise_conv(
-        x, depthwise_kernel, spec.strides, spec.padding, spec.dilation, spec.data_format
+        x, depthwise_kernel, spec.strides, spec.padding, spec.dilation, spec.data_format, lowering
     )
 
 
@@ -908,6 +1106,8 @@ def separable_conv1d(
     padding: str = "valid",
     data_format: str | None = None,
     dilation_rate: int | Sequence[int] = 1,
+    *,
+    lowering: str = "auto",
 ) -> Any:
     """1D separable convolution: a depthwise convolution, then a pointwise (1x1) one.
 
@@ -919,13 +1119,16 @@ def separable_conv1d(
         padding: ``'valid'`` or ``'same'``.
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 1-tuple (of the depthwise step).
+        lowering: ``'auto'`` (per platform, see :func:`depthwise_lowering`), ``'lax'``
+            (XLA's grouped convolution, then its 1x1 convolution) or ``'taps'`` (the
+            depthwise step as in :func:`depthwise_conv2d`, then one matmul over the channels).
 
     Returns:
         The output with ``out_channels`` channels.
 
     Raises:
-        ValueError: for an unknown ``padding`` or ``data_format``, a rank other than 3, or
-            mismatched kernel shapes.
+        ValueError: for an unknown ``padding``, ``data_format`` or ``lowering``, a rank other
+            than 3, or mismatched kernel shapes.
     """
     return _separable(
         "separable_conv1d",
@@ -937,6 +1140,7 @@ def separable_conv1d(
         padding,
         data_format,
         dilation_rate,
+        lowering,
     )
 
 
@@ -948,6 +1152,8 @@ def separable_conv2d(
     padding: str = "valid",
     data_format: str | None = None,
     dilation_rate: int | Sequence[int] = (1, 1),
+    *,
+    lowering: str = "auto",
 ) -> Any:
     """2D separable convolution: a depthwise convolution, then a pointwise (1x1) one.
 
@@ -959,13 +1165,16 @@ def separable_conv2d(
         padding: ``'valid'`` or ``'same'``.
         data_format: ``'channels_last'`` or ``'channels_first'``; default from the config.
         dilation_rate: an int or a 2-tuple (of the depthwise step).
+        lowering: ``'auto'`` (per platform, see :func:`depthwise_lowering`), ``'lax'``
+            (XLA's grouped convolution, then its 1x1 convolution) or ``'taps'`` (the
+            depthwise step as in :func:`depthwise_conv2d`, then one matmul over the channels).
 
     Returns:
         The output with ``out_channels`` channels.
 
     Raises:
-        ValueError: for an unknown ``padding`` or ``data_format``, a rank other than 4, or
-            mismatched kernel shapes.
+        ValueError: for an unknown ``padding``, ``data_format`` or ``lowering``, a rank other
+            than 4, or mismatched kernel shapes.
     """
     return _separable(
         "separable_conv2d",
@@ -977,4 +1186,5 @@ def separable_conv2d(
         padding,
         data_format,
         dilation_rate,
+        lowering,
     )

@@ -79,6 +79,42 @@ def np_separable(x, dw, pw, strides=1, padding="valid", dilation=1, data_format=
     return np_conv(y, pw, 1, "valid", 1, data_format)
 
 
+def np_depthwise_vjp(x, w, ct, strides=1, padding="valid", dilation=1, data_format="channels_last"):
+    """Both gradients of <ct, np_depthwise(x, w)>: each output position's cotangent scattered
+    back through every kernel offset (loops, float64). Returns (d x, d w)."""
+    n = w.ndim - 2
+    strides, dilation = tup(strides, n), tup(dilation, n)
+    x = to_last(np.asarray(x, np.float64), data_format)
+    w = np.asarray(w, np.float64)
+    channels, multiplier = w.shape[-2:]
+    ct = to_last(np.asarray(ct, np.float64), data_format)
+    ct = ct.reshape(*ct.shape[:-1], channels, multiplier)
+    pads = [np_pads(x.shape[1 + i], w.shape[i], strides[i], dilation[i], padding) for i in range(n)]
+    xp = np.pad(x, [(0, 0), *pads, (0, 0)])
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    for pos in np.ndindex(*ct.shape[1 : n + 1]):
+        g = ct[(slice(None), *pos)]  # (batch, channels, multiplier)
+        for off in np.ndindex(*w.shape[:n]):
+            idx = (slice(None), *(p * s + o * d for p, s, o, d in zip(pos, strides, off, dilation)))
+            dw[off] += np.einsum("bc,bcm->cm", xp[idx], g)
+            dxp[idx] += np.einsum("bcm,cm->bc", g, w[off])
+    inner = tuple(slice(lo, lo + size) for (lo, _), size in zip(pads, x.shape[1:-1]))
+    return from_last(dxp[(slice(None), *inner)], data_format), dw
+
+
+def np_separable_vjp(
+    x, dw, pw, ct, strides=1, padding="valid", dilation=1, data_format="channels_last"
+):
+    """The gradients of <ct, np_separable(x, dw, pw)>: (d x, d dw, d pw)."""
+    args = (strides, padding, dilation, data_format)
+    y = to_last(np_depthwise(x, dw, *args), data_format)
+    ct_last = to_last(np.asarray(ct, np.float64), data_format)
+    matrix = np.asarray(pw, np.float64).reshape(pw.shape[-2:])
+    d_pw = (y.reshape(-1, y.shape[-1]).T @ ct_last.reshape(-1, ct_last.shape[-1])).reshape(pw.shape)
+    d_y = from_last(ct_last @ matrix.T, data_format)
+    return (*np_depthwise_vjp(x, dw, d_y, *args), d_pw)
+
+
 def np_conv_transpose(
     x, w, out_spatial, strides=1, padding="valid", dilation=1, data_format="channels_last"
 ):

@@ -20,7 +20,9 @@ from tests.conv_reference import (
     np_conv,
     np_conv_transpose,
     np_depthwise,
+    np_depthwise_vjp,
     np_separable,
+    np_separable_vjp,
     uniform,
 )
 from tests.helpers import check_grad, check_op
@@ -460,6 +462,129 @@ def test_separable_conv1d(data_format, padding, strides, dilation):
     )
 
 
+DEPTHWISE_CASES = [
+    # data_format, padding, strides, dilation, multiplier (stride 1 and strided kernel
+    # gradients take different forms in 'taps')
+    ("channels_last", "same", 1, 1, 1),
+    ("channels_first", "same", 1, (2, 1), 1),
+    ("channels_last", "valid", 1, (1, 2), 2),
+    ("channels_first", "same", (2, 1), 1, 2),
+    ("channels_last", "same", 2, 1, 1),
+    ("channels_first", "valid", (1, 2), (2, 1), 2),
+]
+
+
+def depthwise_inputs(data_format, multiplier, n=2):
+    """An input with 3 channels and a depthwise kernel with ``multiplier`` filters each."""
+    x = uniform(*channels((2, *SPATIAL[n], 3), data_format))
+    return x, uniform(*KERNEL[n], 3, multiplier)
+
+
+def cotangent(y):
+    """A random output cotangent of ``y``'s shape (float32)."""
+    return np.random.default_rng(1).standard_normal(np.shape(y)).astype(np.float32)
+
+
+@pytest.mark.parametrize("lowering", ["lax", "taps"])
+@pytest.mark.parametrize(
+    ("data_format", "padding", "strides", "dilation", "multiplier"), DEPTHWISE_CASES
+)
+def test_depthwise_lowerings_and_gradients_match_reference(
+    lowering, data_format, padding, strides, dilation, multiplier
+):
+    # output channel c * multiplier + m is input channel c with kernel[..., c, m] (TF's order)
+    x, w = depthwise_inputs(data_format, multiplier)
+    args = (strides, padding, dilation, data_format)
+
+    def conv_(a, b):
+        return K.depthwise_conv2d(a, b, strides, padding, data_format, dilation, lowering=lowering)
+
+    y = jax.jit(conv_)(x, w)
+    np.testing.assert_allclose(np.asarray(y), np_depthwise(x, w, *args), **TOL)
+    ct = cotangent(y)
+    grads = jax.jit(lambda a, b: jax.vjp(conv_, a, b)[1](ct))(x, w)
+    for got, want in zip(grads, np_depthwise_vjp(x, w, ct, *args)):
+        np.testing.assert_allclose(np.asarray(got), want, **TOL)
+
+
+@pytest.mark.parametrize("multiplier", [1, 2])
+@pytest.mark.parametrize("strides", [1, (2, 1)])
+def test_taps_depthwise_second_derivatives_match_reference(strides, multiplier):
+    # loss = |y|^2 / 2 with y bilinear in (x, w): the Hessian-vector product in x is
+    # J^T J v, and d/dw <d loss/dx, v> = J_w^T D(v, w) + J_w(v)^T y, all in float64 NumPy
+    x, w = depthwise_inputs("channels_last", multiplier)
+    v = uniform(*x.shape)
+    args = (strides, "same", 1, "channels_last")
+
+    def loss(a, b):
+        return 0.5 * K.sum(K.square(K.depthwise_conv2d(a, b, strides, "same", lowering="taps")))
+
+    hvp = jax.jit(lambda: jax.jvp(lambda a: jax.grad(loss)(a, w), (x,), (v,))[1])()
+    mixed = jax.jit(jax.grad(lambda b: K.sum(jax.grad(loss)(x, b) * v)))(w)
+    y, y_v = np_depthwise(x, w, *args), np_depthwise(v, w, *args)
+    np.testing.assert_allclose(np.asarray(hvp), np_depthwise_vjp(x, w, y_v, *args)[0], **TOL)
+    want = np_depthwise_vjp(x, w, y_v, *args)[1] + np_depthwise_vjp(v, w, y, *args)[1]
+    np.testing.assert_allclose(np.asarray(mixed), want, **TOL)
+
+
+@pytest.mark.parametrize("lowering", ["lax", "taps"])
+@pytest.mark.parametrize(
+    ("n", "data_format", "padding", "strides", "dilation", "multiplier"),
+    [
+        (1, "channels_last", "same", 1, 2, 1),
+        (1, "channels_first", "valid", 2, 1, 2),
+        (2, "channels_last", "valid", (1, 2), 1, 2),
+        (2, "channels_first", "same", 1, (1, 2), 1),
+    ],
+)
+def test_separable_lowerings_and_gradients_match_reference(
+    lowering, n, data_format, padding, strides, dilation, multiplier
+):
+    x, dw = depthwise_inputs(data_format, multiplier, n)
+    pw = uniform(*(1,) * n, 3 * multiplier, 4)
+    op = {1: K.separable_conv1d, 2: K.separable_conv2d}[n]
+    args = (strides, padding, dilation, data_format)
+
+    def conv_(a, b, c):
+        return op(a, b, c, strides, padding, data_format, dilation, lowering=lowering)
+
+    y = jax.jit(conv_)(x, dw, pw)
+    np.testing.assert_allclose(np.asarray(y), np_separable(x, dw, pw, *args), **TOL)
+    ct = cotangent(y)
+    grads = jax.jit(lambda *a: jax.vjp(conv_, *a)[1](ct))(x, dw, pw)
+    for got, want in zip(grads, np_separable_vjp(x, dw, pw, ct, *args)):
+        np.testing.assert_allclose(np.asarray(got), want, **TOL)
+
+
+def test_taps_depthwise_through_placeholders_and_variables():
+    x, w = depthwise_inputs("channels_first", 2)
+    check_op(
+        lambda a: K.depthwise_conv2d(a, w, 2, "same", "channels_first", lowering="taps"),
+        lambda a: np_depthwise(a, w, 2, "same", 1, "channels_first"),
+        [x],
+        **TOL,
+    )
+
+
+def test_depthwise_lowering_policy():
+    assert conv.depthwise_lowering("cpu") == "taps"
+    assert {conv.depthwise_lowering(p) for p in ("cuda", "rocm", "tpu")} == {"lax"}
+
+
+def test_auto_depthwise_and_separable_lowering_is_decided_per_platform():
+    # on CPU neither step (nor a gradient) is a convolution; elsewhere XLA's grouped one
+    x, w = depthwise_inputs("channels_last", 2)
+    pw = uniform(1, 1, 6, 4)
+    ops = [
+        lambda a: K.depthwise_conv2d(a, w, padding="same"),
+        lambda a: K.separable_conv2d(a, w, pw, 2, "same"),
+    ]
+    for fn in ops:
+        both = jax.grad(lambda a, fn=fn: K.sum(K.square(fn(a))))
+        assert "convolution" not in lowered_for("cpu", both, x)
+        assert "feature_group_count = 3" in lowered_for("cuda", fn, x)
+
+
 # ---------------------------------------------------------------------------------------------
 # gradients (finite differences of the NumPy references)
 
@@ -576,6 +701,8 @@ W4 = np.zeros((3, 3, 2, 2), np.float32)
         (lambda: K.depthwise_conv2d(X4, W4[:, :, :1]), "input channels.*2 vs 1"),
         (lambda: K.separable_conv2d(X4, W4, np.zeros((3, 3, 4, 2))), r"\(3, 3, 4, 2\)"),
         (lambda: K.separable_conv2d(X4, W4, np.zeros((1, 1, 3, 2))), "4 vs 3"),
+        (lambda: K.depthwise_conv2d(X4, W4, lowering="im2col"), "'im2col'"),
+        (lambda: K.separable_conv1d(X4[0], W4[0], np.zeros((1, 4, 2)), lowering="x"), "'x'"),
     ],
 )
 def test_bad_arguments_raise_value_error(call, match):
