@@ -32,6 +32,8 @@ MODULES = [
     "bench_steps",
     "bench_conv",
     "bench_keras2",
+    "bench_zoo",
+    "bench_mixed",
     "bench_threads",
 ]
 

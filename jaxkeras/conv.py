@@ -39,6 +39,7 @@ from jaxkeras.checks import (
 )
 from jaxkeras.graph import Symbolic, op
 from jaxkeras.local_conv import local_conv1d, local_conv2d
+from jaxkeras.mixed_precision import product, transposable_products
 from jaxkeras.pool import pool2d, pool3d
 from jaxkeras.spatial import (
     channel_axis,
@@ -142,15 +143,15 @@ def loop_conv_lowering(filters: int | None, in_channels: int | None) -> str:
 
 def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):
     n = kernel.ndim - 2
-    return lax.conv_general_dilated(
-        x,
-        kernel,
-        strides,
-        pads,
-        rhs_dilation=dilation,
+    convolve = functools.partial(
+        lax.conv_general_dilated,
+        window_strides=tuple(strides),
+        padding=tuple(tuple(p) for p in pads),
+        rhs_dilation=tuple(dilation),
         dimension_numbers=dimension_numbers(n, data_format),
         feature_group_count=groups,
     )
+    return product(convolve, x, kernel)
 
 
 def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
@@ -170,8 +171,10 @@ def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
         ``x``'s other axes in order, then ``out``.
     """
     if c_axis % x.ndim == x.ndim - 1:
-        return (x.reshape(-1, matrix.shape[0]) @ matrix).reshape(*x.shape[:-1], matrix.shape[1])
-    return lax.dot_general(x, matrix, (((c_axis,), (0,)), ((), ())))
+        y = product(jnp.matmul, x.reshape(-1, matrix.shape[0]), matrix)
+        return y.reshape(*x.shape[:-1], matrix.shape[1])
+    contract = functools.partial(lax.dot_general, dimension_numbers=(((c_axis,), (0,)), ((), ())))
+    return product(contract, x, matrix)
 
 
 def _padded_input(x, kernel, strides, pads, dilation, data_format):
@@ -284,11 +287,12 @@ def _lax_im2col_jvp(strides, pads, dilation, data_format, primals, tangents):
     # policy sees it, and saves it rather than recomputing it in a loop's backward pass
     y = _lax_conv(x, kernel, *args)
     terms = []
-    if type(dx) is not SymbolicZero:
-        terms.append(_im2col_conv(dx, kernel, *args))
-    if type(dkernel) is not SymbolicZero:
-        by_offsets = kernel.shape[-2] > _PATCH_CHANNELS  # input channels
-        terms.append((_offsets_conv if by_offsets else _im2col_conv)(x, dkernel, *args))
+    with transposable_products():  # tangents: JAX transposes them
+        if type(dx) is not SymbolicZero:
+            terms.append(_im2col_conv(dx, kernel, *args))
+        if type(dkernel) is not SymbolicZero:
+            by_offsets = kernel.shape[-2] > _PATCH_CHANNELS  # input channels
+            terms.append((_offsets_conv if by_offsets else _im2col_conv)(x, dkernel, *args))
     return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
 
 
@@ -565,15 +569,15 @@ def _lax_transpose(x, kernel, out_sizes, strides, padding, dilation, data_format
             out_sizes, in_sizes, kernel.shape[:n], strides, dilation, forward
         )
     ]
-    return lax.conv_transpose(
-        x,
-        kernel,
-        strides,
-        pads,
-        rhs_dilation=dilation,
+    convolve = functools.partial(
+        lax.conv_transpose,
+        strides=tuple(strides),
+        padding=tuple(pads),
+        rhs_dilation=tuple(dilation),
         dimension_numbers=dimension_numbers(n, data_format),
         transpose_kernel=True,  # a (spatial..., out, in) kernel, flipped
     )
+    return product(convolve, x, kernel)
 
 
 def _col2im_transpose(x, kernel, out_sizes, strides, padding, dilation, data_format):

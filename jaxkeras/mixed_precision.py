@@ -11,7 +11,10 @@ The names are Keras 3's and TF-Keras's:
 - ``'mixed_bfloat16'``: matrix products (``K.dot``, ``K.batch_dot``, and so the products inside
   ``K.rnn`` steps) and every convolution (plain, transposed, depthwise, separable, locally
   connected) take their float32 operands in bfloat16 and accumulate and return float32
-  (``preferred_element_type``);
+  (``preferred_element_type``). One exception, on CPU only: a depthwise convolution's CPU
+  lowering is elementwise products (``'taps'``, see ``conv.depthwise_lowering``), which stay
+  float32 (XLA:CPU has no 16-bit arithmetic to gain from); other platforms' grouped
+  convolution is cast like every product;
 - ``'mixed_float16'``: the same in float16, with dynamic loss scaling (below).
 
 Everything else stays float32 under a mixed policy: variables (the master weights) and the
@@ -202,7 +205,28 @@ def product(fn: Callable[..., Any], *operands: Any) -> Any:
     if chosen.compute_dtype == "float32" or not any(floats):
         return fn(*operands)
     compute = jnp.dtype(chosen.compute_dtype)
-    return _mixed(fn, *(x.astype(compute) if f else x for x, f in zip(operands, floats)))
+    operands = [x.astype(compute) if f else x for x, f in zip(operands, floats)]
+    if getattr(_THREAD, "transposable", False):
+        return fn(*operands, preferred_element_type=jnp.float32)
+    return _mixed(fn, *operands)
+
+
+@contextlib.contextmanager
+def transposable_products() -> Iterator[None]:
+    """Inside a custom JVP rule's tangent computation: :func:`product` gives products that JAX
+    transposes itself (their gradient products in float32). Reverse mode transposes a JVP
+    rule's tangents, and JAX cannot transpose a ``custom_vjp`` function ("Transpose rule ...
+    for 'custom_vjp_call' not implemented").
+
+    Yields:
+        Nothing.
+    """
+    before = getattr(_THREAD, "transposable", False)
+    _THREAD.transposable = True
+    try:
+        yield
+    finally:
+        _THREAD.transposable = before
 
 
 # JAX transposes a product with preferred_element_type=float32 into products of the float32

@@ -235,3 +235,74 @@ def test_an_unknown_policy_in_the_environment_fails_the_import(tmp_path):
     )
     assert out.returncode != 0
     assert "$JAXKERAS_DTYPE_POLICY: unknown dtype policy 'mixed_int8'" in out.stderr
+
+
+def _products(text: str) -> list[tuple[str, str]]:
+    """The operand and result types of each product (dot_general, convolution) in StableHLO."""
+    pattern = r"stablehlo\.(?:dot_general|convolution)\b.*?: \((.*?)\) -> (tensor<[^>]*>)"
+    return re.findall(pattern, text)
+
+
+def _variable(*shape):
+    return K.variable(RNG.standard_normal(shape).astype("float32") * 0.3)
+
+
+PRODUCTS = {
+    "conv2d": lambda x: K.conv2d(x, _variable(3, 3, 3, 16), padding="same"),
+    "conv2d few filters": lambda x: K.conv2d(x, _variable(3, 3, 3, 2), strides=(2, 2)),
+    "conv2d_transpose": lambda x: K.conv2d_transpose(
+        x, _variable(3, 3, 4, 3), (2, 16, 16, 4), strides=(2, 2), padding="same"
+    ),
+    "separable_conv2d": lambda x: K.separable_conv2d(
+        x, _variable(3, 3, 3, 2), _variable(1, 1, 6, 8), padding="same"
+    ),
+    "local_conv2d": lambda x: K.local_conv2d(x, _variable(36, 27, 4), (3, 3), (1, 1), (6, 6)),
+    "batch_dot": lambda x: K.batch_dot(K.reshape(x, (-1, 64, 3)), K.reshape(x, (-1, 64, 3)), 1),
+}
+
+
+@pytest.mark.parametrize("name", list(PRODUCTS))
+def test_products_of_every_kind_follow_the_policy(name):
+    x = K.placeholder((2, 8, 8, 3))
+    y = PRODUCTS[name](x)
+    weights = [v for v in K.function([x], [y]).variable_names]
+    loss = K.sum(K.square(y))
+    f = K.function([x], [y, *K.gradients(loss, [x])])
+    batch = [RNG.standard_normal((2, 8, 8, 3)).astype("float32")]
+    want = f(batch)
+    mp.set_global_policy("mixed_bfloat16")
+    got = f(batch)
+    products = _products(f.lower(batch).as_text())
+    assert products, name
+    for operands, _ in products:
+        assert operands.count("bf16") == 2, (name, operands)
+    for a, b in zip(got, want):
+        assert a.dtype == np.float32
+        assert np.abs(a - b).max() <= 2e-2 * np.abs(b).max(), name
+    assert len(weights) == (0 if name == "batch_dot" else 1 + (name == "separable_conv2d"))
+
+
+def test_a_weight_read_by_three_products_is_cast_once():
+    w = K.variable(np.ones((8, 5), "float32"))
+    xs = [K.placeholder((None, 8)) for _ in range(3)]
+    y = K.dot(xs[0], w) + K.dot(xs[1], w) + K.dot(xs[2], w)
+    f = K.function(xs, [y, K.gradients(K.sum(y), [w])[0]])
+    mp.set_global_policy("mixed_bfloat16")
+    compiled = f.lower([np.ones((4, 8), "float32")] * 3).compile().as_text()
+    assert len(re.findall(r"bf16\[8,5\]\{[0-9,]*\} convert\(", compiled)) == 1
+
+
+def test_cpu_depthwise_taps_stay_float32_and_accelerators_cast():
+    """On CPU a depthwise convolution is elementwise products ('taps'), computed in float32
+    (XLA:CPU has no 16-bit arithmetic to gain from); the grouped convolution other platforms
+    use is a product, cast like the others."""
+    x = K.placeholder((2, 8, 8, 3))
+    kernel = _variable(3, 3, 3, 2)
+    batch = [RNG.standard_normal((2, 8, 8, 3)).astype("float32")]
+    mp.set_global_policy("mixed_bfloat16")
+    taps = K.function([x], [K.depthwise_conv2d(x, kernel, padding="same")])
+    grouped = K.function([x], [K.depthwise_conv2d(x, kernel, padding="same", lowering="lax")])
+    assert "bf16" not in taps.lower(batch).as_text()
+    ((operands, result),) = _products(grouped.lower(batch).as_text())
+    assert operands.count("bf16") == 2 and result.endswith("f32>")
+    np.testing.assert_allclose(grouped(batch)[0], taps(batch)[0], rtol=0, atol=2e-2)
