@@ -22,6 +22,7 @@ import optax
 
 import jaxkeras as K
 from jaxkeras import distribution as D
+from jaxkeras import mixed_precision
 from jaxkeras.optimizers import OptaxOptimizer
 
 MODE = sys.argv[1]
@@ -80,13 +81,14 @@ def convnet(x):
     return K.softmax(K.dot(K.batch_flatten(hidden), w) + b), [k, c, w, b]
 
 
-def train(model, distribution, data, optimizer: str = "momentum") -> dict:
+def train(model, distribution, data, optimizer: str = "momentum", policy: str = "float32") -> dict:
     """Trains ``model`` for STEPS steps under ``distribution``: SGD with momentum written in K
     ops, or (``optimizer="optax"``) ``OptaxOptimizer(optax.adam)``."""
     K.clear_session()
     K.set_random_seed(0)
     gc.collect()  # the variables of earlier runs go, so names repeat
     xs, ys = data
+    mixed_precision.set_global_policy(policy)
     scope = distribution.scope() if distribution is not None else None
     if scope is not None:
         scope.__enter__()
@@ -122,6 +124,9 @@ def train(model, distribution, data, optimizer: str = "momentum") -> dict:
                 for p, v in zip(params, values)
             ),
         }
+        if policy == "mixed_float16":
+            scale = mixed_precision.loss_scale_variables()[0]
+            result["loss_scale"] = describe(K.get_state([scale])[scale.name])
         if distribution is not None:
             try:
                 step([xs[:13], ys[:13]])
@@ -265,6 +270,11 @@ def devices_run(out: str) -> None:
     results["mlp_optax"] = {
         "single": train(mlp, None, data, "optax"),
         "model_parallel": train(mlp, model_parallel(*mlp_layouts), data, "optax"),
+    }
+    results["mixed"] = {
+        "single": train(mlp, None, data, policy="mixed_float16"),
+        "data_parallel": train(mlp, D.DataParallel(), data, policy="mixed_float16"),
+        "model_parallel": train(mlp, model_parallel(*mlp_layouts), data, policy="mixed_float16"),
     }
     results["random"] = {
         "single": random_draws(None),

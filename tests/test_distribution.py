@@ -484,3 +484,13 @@ def test_initialize_hands_its_arguments_to_jax(monkeypatch):
         {"coordinator_address": "host:99", "num_processes": 4, "process_id": 3},
         {"coordinator_address": None, "num_processes": None, "process_id": None},
     ]
+
+
+@pytest.mark.parametrize("how", ["data_parallel", "model_parallel"])
+def test_mixed_float16_training_distributes(eight, how):
+    """A loss-scaled train step under a distribution learns as on one device, with the loss
+    scale replicated as a scalar."""
+    single, run = eight["mixed"]["single"], eight["mixed"][how]
+    np.testing.assert_allclose(run["losses"], single["losses"], rtol=2e-2)
+    assert run["losses"][-1] < run["losses"][0]
+    assert run["loss_scale"]["replicated"] and run["loss_scale"]["devices"] == 8

@@ -306,3 +306,28 @@ def test_cpu_depthwise_taps_stay_float32_and_accelerators_cast():
     ((operands, result),) = _products(grouped.lower(batch).as_text())
     assert operands.count("bf16") == 2 and result.endswith("f32>")
     np.testing.assert_allclose(grouped(batch)[0], taps(batch)[0], rtol=0, atol=2e-2)
+
+
+def test_the_loss_scale_is_checkpointed(tmp_path):
+    mp.set_global_policy("mixed_float16")
+    f, _, _ = _dense_step()
+    f(_batch(scale=3e4))  # skipped: the scale halves
+    scale, count = mp.loss_scale_variables()
+    saved = K.get_value(scale), K.get_value(count)
+    path = tmp_path / "step.npz"
+    K.save_checkpoint(str(path))
+    K.set_value(scale, 1.0)
+    K.set_value(count, 7)
+    K.restore_checkpoint(str(path), [scale, count])
+    assert (K.get_value(scale), K.get_value(count)) == saved
+
+
+def test_state_scope_follows_the_policy():
+    x = RNG.standard_normal((4, 8)).astype("float32")
+    w = K.variable(RNG.standard_normal((8, 3)).astype("float32"))
+    with K.state_scope(K.get_state([w])):
+        want = np.asarray(K.dot(x, w))
+    with mp.policy("mixed_bfloat16"), K.state_scope(K.get_state([w])):
+        got = np.asarray(K.dot(x, w))
+    assert got.dtype == np.float32
+    assert 0 < np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
