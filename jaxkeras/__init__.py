@@ -10,9 +10,11 @@ as an external backend with ``KERAS_BACKEND=jaxkeras``.
 from jaxkeras import config as _config
 from jaxkeras import (
     distribution,  # Keras 3's keras.distribution: K.distribution.DataParallel, not flat
+    export,  # jax.export of a K.function or a Keras model: K.export.export, not flat
     mixed_precision,  # dtype policies: K.mixed_precision.set_global_policy, not flat
     optimizers,  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
     process,  # the opt-in process-wide settings: K.process.enable_compilation_cache, not flat
+    profiler,  # jax.profiler traces of compiled functions: K.profiler.trace, not flat
 )
 from jaxkeras import keras2 as _keras2
 from jaxkeras.checkpoint import restore_checkpoint, save_checkpoint

@@ -40,6 +40,7 @@ from jaxkeras.graph import (
     op,
     topological_order,
 )
+from jaxkeras.graph.interpret import evaluate_in_slices
 from jaxkeras.packs import StateLayout
 from jaxkeras.state import (
     STORE,
@@ -131,14 +132,23 @@ class Function:
         inputs: the placeholders (or tensors) it is fed, in order.
         outputs: a tensor or a list of tensors.
         updates: ``K.update*`` results or ``(variable, new_value)`` pairs, run on every call.
-        name: a name for the function.
+        name: a name for the function, which its compiled code carries (``jit(name)``).
+        micro_batches: how many micro-batches each call splits its feeds into, one computed
+            at a time (gradient accumulation; see :func:`function`).
 
     Attributes:
         inputs: the input tensors, in feed order.
         outputs: the output tensors.
         updates: the :class:`Update` s committed after each call.
+        name: the name given, or ``None``.
+        micro_batches: the number of micro-batches of a call.
         variable_names: names of the variables the graph reads or updates (its state).
         trace_count: how many times the graph has been traced (compiled).
+
+    Raises:
+        TypeError: for inputs that are not tensors, a ``name`` that is not a string, or a
+            ``micro_batches`` that is not an int.
+        ValueError: for a ``micro_batches`` below 1, or above 1 for a function fed nothing.
     """
 
     def __init__(
@@ -147,18 +157,31 @@ class Function:
         outputs: Any,
         updates: Sequence[Any] | None = None,
         name: str | None = None,
+        micro_batches: int = 1,
     ) -> None:
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"function: inputs must be a list of tensors, got {inputs!r}")
         for x in inputs:
             if not isinstance(x, graph.Tensor):
                 raise TypeError(f"function: every input must be a placeholder or tensor, got {x!r}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"function: name must be a string or None, got {name!r}")
+        if not isinstance(micro_batches, (int, np.integer)) or isinstance(micro_batches, bool):
+            raise TypeError(f"function: micro_batches must be an int, got {micro_batches!r}")
+        if micro_batches < 1:
+            raise ValueError(f"function: micro_batches must be at least 1, got {micro_batches}")
         self.name = name
+        self.micro_batches = int(micro_batches)
         self.inputs = list(inputs)
         self._single = not isinstance(outputs, (list, tuple))
         self.outputs = [outputs] if self._single else list(outputs)
         self.updates = normalize_updates(updates)
         self._feed_inputs = [x for x in self.inputs if not isinstance(x, LearningPhase)]
+        if self.micro_batches > 1 and not self._feed_inputs:
+            raise ValueError(
+                f"function: micro_batches={micro_batches} splits the feeds, but the function "
+                "is fed none"
+            )
         self._feeders = [None if isinstance(x, LearningPhase) else _Input(x) for x in self.inputs]
         phases = [i for i, x in enumerate(self.inputs) if isinstance(x, LearningPhase)]
         self._phase_at = phases[-1] if phases else None
@@ -195,7 +218,13 @@ class Function:
         payloads = [u.payload for u in self.updates]
         if self._loss_scale and ctx.policy.loss_scaling:
             ctx.loss_scale = mixed_precision.scaling_of(ctx.state)
-        values = evaluate(self._grad_nodes + self.outputs + payloads, ctx, memo)
+        if self.micro_batches == 1:
+            values = evaluate(self._grad_nodes + self.outputs + payloads, ctx, memo)
+        else:
+            wrt = [(node, node._xs) for node in self._grad_nodes]
+            values = evaluate_in_slices(
+                wrt, self.outputs + payloads, ctx, memo, self.micro_batches, self._random
+            )
         gradients, values = values[: len(self._grad_nodes)], values[len(self._grad_nodes) :]
         n_out = len(self.outputs)
         new, _ = compose_updates(self.updates, values[n_out:], ctx.read)
@@ -228,10 +257,11 @@ class Function:
     ) -> tuple[list[Any], dict[str, Any]]:
         """The graph as a pure function, for ``jax.jit``, ``vmap``, ``lax.scan`` and sharding.
 
-        It is the computation a call of ``f`` runs: for the same state, feeds and key it
-        computes the same numbers, bit for bit, when compiled with ``f``'s options
-        (``jax.jit(f.pure, compiler_options=f.compiler_options)``). A call of ``f`` uses the
-        key :meth:`next_key` returns; each random op draws from ``fold_in(rng, its seed)``.
+        It is the computation a call of ``f`` runs (``micro_batches`` included): for the same
+        state, feeds and key it computes the same numbers, bit for bit, when compiled with
+        ``f``'s options (``jax.jit(f.pure, compiler_options=f.compiler_options)``). A call
+        of ``f`` uses the key :meth:`next_key` returns; each random op draws from
+        ``fold_in(rng, its seed)``.
         What ``f`` adds around it is layout (its small variables packed into one buffer, the
         updated ones donated) and bookkeeping (committing the new state, counting runs).
 
@@ -305,6 +335,8 @@ class Function:
             rng = flat[n_state] if n_rng else None
             outputs, new = self._traced(key, flat[:n_state], rng, flat[first_feed:])
             return (*outputs, *new)
+
+        run.__name__ = run.__qualname__ = self.name or "k_function"  # jit(train_function)
 
         if jax.process_count() > 1:
             self._convert = to_numpy
@@ -578,6 +610,7 @@ def function(
     outputs: Any,
     updates: Sequence[Any] | None = None,
     name: str | None = None,
+    micro_batches: int = 1,
     **kwargs: Any,
 ) -> Function:
     """Compiles a graph into a callable: ``f([x_value, ...]) -> [output_value, ...]``.
@@ -590,25 +623,77 @@ def function(
     list order, and an assignment (``update`` or a ``(variable, value)`` pair) replaces what came
     before it. Feeds are cast to the input dtypes. Calls are thread-safe.
 
+    The compiled function is named after ``name`` (``jit(train_function)`` in its HLO and in
+    profiles; ``jit(k_function)`` without one), and each op's operations after the
+    ``K.name_scope`` it was built in and its op name (``dense_1/dot``; a Keras layer builds
+    its ops in a scope of its name): see ``f.lower(inputs).as_text(debug_info=True)`` and
+    :func:`jaxkeras.profiler.trace`.
+
+    Gradient accumulation: with ``micro_batches=k``, a call splits every feed along axis 0
+    into ``k`` equal micro-batches (its size there must be a multiple of ``k``; micro-batch
+    ``i`` holds rows ``i, i + k, i + 2k, ...``, so a batch sharded over devices stays evenly
+    sharded) and computes what depends on the feeds one micro-batch at a time, in a
+    ``lax.scan``, so memory holds one micro-batch's intermediate values (the activations a
+    gradient keeps):
+
+    - gradients (``K.gradients``) with respect to a variable are the mean of the
+      micro-batches' gradients (for a mean loss, those of the whole batch); with respect to a
+      batch-shaped tensor computed from the feeds (an input, an activation), each example's
+      row is its gradient of its micro-batch's loss (so a per-example quantity, such as a
+      gradient penalty's input-gradient norms, is that of the whole batch; a mean loss's
+      input gradients are ``k`` times the whole batch's);
+    - outputs that depend on the feeds are computed per micro-batch and combined: those whose
+      first dimension is the batch's (unknown in the static shape, as for Keras inputs, or
+      one of the feeds' sizes) have one row per example, put back in the order of the feeds'
+      rows; the others (a scalar loss or metric) are the mean over the micro-batches; an
+      output that reads gradients is computed once, after the micro-batches, from the
+      gradients so combined;
+    - updates are computed once, after the micro-batches, from the mean gradients, and from
+      the mean over the micro-batches of any other feed-dependent value they read (the loss
+      an optax transform is given; the batch statistics of a moving average, which are then
+      each micro-batch's, averaged).
+
+    Random ops that depend on the feeds (dropout) draw different numbers in each
+    micro-batch: micro-batch ``i`` draws from ``fold_in(key, i)`` of the key the whole call
+    would draw from. The learning phase applies to every micro-batch. ``f.pure`` computes
+    the same. Keras 2 passes the keyword arguments of ``model.compile`` on to ``K.function``,
+    so ``model.compile(..., micro_batches=4)`` accumulates in its train, test and predict
+    functions (every batch they get, the last of an epoch too, must then split evenly).
+
     Args:
         inputs: placeholders (or other tensors) to feed, possibly the learning-phase tensor.
         outputs: a tensor or a list of tensors.
         updates: ``K.update*`` results or ``(variable, new_value)`` pairs.
-        name: a name for the function.
+        name: a name for the function and its compiled code (Keras 2 passes
+            ``"train_function"``, ``"test_function"``, ``"predict_function"``).
+        micro_batches: the number of micro-batches a call computes one at a time (1: the
+            whole batch at once).
         **kwargs: not supported (TF session options); any raises.
 
     Returns:
         A :class:`Function`; ``f.pure`` is the pure function.
+
+    Raises:
+        TypeError, ValueError: for bad arguments (see :class:`Function`), or unsupported
+            keyword arguments. A call whose feed does not split into ``micro_batches`` raises
+            a ``ValueError`` naming the feed and its shape.
 
     Example:
         >>> x = K.placeholder((None, 3))
         >>> f = K.function([x], [K.sum(x, axis=1)])
         >>> f([np.ones((2, 3))])
         [array([3., 3.], dtype=float32)]
+        >>> w = K.variable([1.0, 2.0, 3.0])
+        >>> loss = K.mean(K.square(K.dot(x, K.expand_dims(w))))
+        >>> step = K.function([x], [loss], [K.update_sub(w, 0.01 * K.gradients(loss, [w])[0])],
+        ...                   micro_batches=4)
+        >>> loss_value = step([np.ones((8, 3))])  # 4 micro-batches of 2 rows
+        >>> float(loss_value[0])
+        36.0
     """
     if kwargs:
         raise ValueError(f"function: unsupported arguments {sorted(kwargs)}")
-    return Function(inputs, outputs, updates, name)
+    return Function(inputs, outputs, updates, name, micro_batches)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,13 +57,22 @@ class OptaxOptimizer:
     ``lr`` variable, which an optax transform does not have: use an optax schedule (or
     ``optax.inject_hyperparams``) instead.
 
+    Gradient accumulation: ``OptaxOptimizer(optax.MultiSteps(optax.adam(1e-3),
+    every_k_schedule=k))`` (or its ``.gradient_transformation()``) averages the gradients of ``k``
+    calls and changes the params on every ``k``-th call only (the others leave them as they
+    are). ``iterations`` counts calls (mini-steps), as Keras 2 increments it once per batch;
+    the optimizer steps taken are ``optax_state().gradient_step``. To accumulate within one
+    call instead (one compiled call over ``k`` micro-batches), see ``K.function``'s
+    ``micro_batches``.
+
     Args:
-        tx: the optax transform, e.g. ``optax.adam(1e-3)``.
+        tx: the optax transform, e.g. ``optax.adam(1e-3)``, or an ``optax.MultiSteps``.
         name: the name scope of the optimizer's variables.
 
     Attributes:
-        tx: the transform.
-        iterations: an int32 variable counting the steps taken.
+        tx: the transform, as given.
+        iterations: an int32 variable counting the calls of the train step (under
+            ``optax.MultiSteps``, its mini-steps).
         updates: the updates of the last :meth:`get_updates` call.
 
     Example:
@@ -76,15 +85,23 @@ class OptaxOptimizer:
         array([ 0.5, -1. ], dtype=float32)
     """
 
-    def __init__(self, tx: optax.GradientTransformation, name: str = "optax") -> None:
-        if not isinstance(tx, optax.GradientTransformation):
+    def __init__(
+        self, tx: optax.GradientTransformation | optax.MultiSteps, name: str = "optax"
+    ) -> None:
+        if isinstance(tx, optax.MultiSteps):
+            # its update takes the loss as an extra argument, for the transform it wraps
+            transform = optax.GradientTransformationExtraArgs(tx.init, tx.update)
+        elif isinstance(tx, optax.GradientTransformation):
+            transform = tx
+        else:
             raise TypeError(
                 f"OptaxOptimizer: tx must be an optax GradientTransformation (e.g. "
-                f"optax.adam(1e-3)), got {tx!r}"
+                f"optax.adam(1e-3)) or an optax.MultiSteps, got {tx!r}"
             )
         if not isinstance(name, str) or not name:
             raise ValueError(f"OptaxOptimizer: name must be a non-empty string, got {name!r}")
         self.tx = tx
+        self._transform = transform
         self.name = name
         with name_scope(name):
             self.iterations = variable(0, dtype="int32", name="iterations", trainable=False)
@@ -148,7 +165,7 @@ class OptaxOptimizer:
         stored = get_state(params)
         # concrete even when traced inside jax.jit; optax's own code under standard promotion
         with jax.ensure_compile_time_eval(), jax.numpy_dtype_promotion("standard"):
-            state = self.tx.init([stored[n] for n in names])
+            state = self._transform.init([stored[n] for n in names])
         paths, treedef = jax.tree_util.tree_flatten_with_path(state)
         with name_scope(self.name):
             leaves = [
@@ -213,7 +230,7 @@ class OptaxOptimizer:
         self._build(params)
         grads = self.get_gradients(loss, params) if params else []
         value = loss if graph.static_shape(loss) == () else sum_(loss)
-        step = _optax_step(self.tx, self._treedef)
+        step = _optax_step(self._transform, self._treedef)
         new_params, new_state = step(grads, self._state, params, value)
         updates = [update_add(self.iterations, 1)]
         for p, g, new_p in zip(params, grads, new_params):

@@ -12,6 +12,7 @@ Mutable state here: :data:`STORE` (values and random-number state) and :data:`NA
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from collections import defaultdict
@@ -486,6 +487,11 @@ def name_scope(name: str) -> Iterator[str]:
 def scoped_name(name: str) -> str:
     """Returns ``name`` with the active name scopes as prefix."""
     return "/".join([*NAMES.scopes, name])
+
+
+# Recorded ops read the active K.name_scope as a prefix ("block/dense_1/"), so that compiled
+# code names their operations after it (see jaxkeras.graph.interpret.evaluate).
+graph.install_name_scopes(functools.partial(scoped_name, ""))
 
 
 # ---------------------------------------------------------------------------------------------

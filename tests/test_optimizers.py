@@ -277,9 +277,28 @@ def test_weights_round_trip_and_config():
         OptaxOptimizer.from_config(opt.get_config())
 
 
+def test_multisteps_is_accepted_and_its_state_named_after_the_params():
+    # optax.MultiSteps is not a GradientTransformation; OptaxOptimizer takes it as it is (see
+    # tests/test_accumulation.py for its steps)
+    w = K.variable(np.ones((2, 3)), name="kernel")
+    multi = optax.MultiSteps(optax.adam(1e-3), every_k_schedule=2)
+    opt = OptaxOptimizer(multi)
+    assert opt.tx is multi
+    K.function([], [], updates=opt.get_updates(K.sum(w * w), [w]))
+    assert [(v.name, v.dtype) for v in opt.weights] == [
+        ("optax/iterations", "int32"),
+        ("optax/state/mini_step", "int32"),
+        ("optax/state/gradient_step", "int32"),
+        ("optax/state/inner_opt_state/0/count", "int32"),
+        ("optax/state/inner_opt_state/0/mu/kernel", "float32"),
+        ("optax/state/inner_opt_state/0/nu/kernel", "float32"),
+        ("optax/state/acc_grads/kernel", "float32"),
+    ]
+
+
 @pytest.mark.parametrize("bad", ["adam", optax.adam, None, (lambda p: p, lambda g, s, p: g)])
 def test_bad_transform_raises_type_error_naming_tx(bad):
-    with pytest.raises(TypeError, match=r"OptaxOptimizer: tx must be an optax"):
+    with pytest.raises(TypeError, match=r"OptaxOptimizer: tx must be an optax .* or an optax"):
         OptaxOptimizer(bad)
 
 

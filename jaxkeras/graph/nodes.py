@@ -226,8 +226,38 @@ class VariableNode(Symbolic):
         return ctx.read(self)
 
 
+class _NameScopes:
+    """Where a recorded op reads the ``K.name_scope`` active when it is made (the scope stack
+    lives with the variables' names, above the graph layer, which installs its reader with
+    :func:`install_name_scopes`).
+
+    Attributes:
+        prefix: returns the active scopes as a name prefix, ``"block/dense_1/"`` (``""``
+            outside any scope).
+    """
+
+    def __init__(self) -> None:
+        self.prefix: Callable[[], str] = str  # str() is "": no scopes until one is installed
+
+
+NAME_SCOPES = _NameScopes()
+
+
+def install_name_scopes(prefix: Callable[[], str]) -> None:
+    """Makes ``prefix`` what recorded ops call for the name scope they are made in.
+
+    Args:
+        prefix: returns the active scopes as a name prefix ending in ``/`` (``""`` outside
+            any scope).
+    """
+    NAME_SCOPES.prefix = prefix
+
+
 class OpTensor(Tensor):
     """The result of an op on symbolic arguments: ``fn(*args, **kwargs)`` replayed on values.
+
+    Its ops run in a ``jax.named_scope`` of its label, the active ``K.name_scope`` and its op
+    name (``dense_1/dot``), so compiled code (HLO ``op_name`` metadata, profiles) names them.
 
     Args:
         fn: the op body.
@@ -265,6 +295,7 @@ class OpTensor(Tensor):
         self._parents = tuple(leaf for leaf in leaves if isinstance(leaf, Node))
         self._has_placeholder = any(p._has_placeholder for p in self._parents)
         self._folds = seed is None
+        self._label = f"{NAME_SCOPES.prefix()}{name or 'op'}"
         if shape_of is not None:
             self._shape_of = shape_of
 
