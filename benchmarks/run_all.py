@@ -34,6 +34,7 @@ MODULES = [
     "bench_keras2",
     "bench_zoo",
     "bench_mixed",
+    "bench_multistep",
     "bench_threads",
 ]
 

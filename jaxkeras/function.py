@@ -60,11 +60,13 @@ _FUNCTIONS: weakref.WeakSet = weakref.WeakSet()
 class _Input:
     """How one input of a function is fed: its placeholder, NumPy dtype and static shape."""
 
-    def __init__(self, tensor: Any) -> None:
+    def __init__(self, tensor: Any, steps: int = 1) -> None:
         self.tensor = tensor
         self.name = tensor.name
         self.dtype = np.dtype(tensor.dtype)
-        self.shape = tensor.shape
+        # a multi-step function's feeds stack one value per step along a new first axis
+        stacked = steps > 1 and tensor.shape is not None
+        self.shape = (steps, *tensor.shape) if stacked else tensor.shape
         self.sparse = isinstance(tensor, Placeholder) and tensor._sparse
         self._fits: tuple | None = None  # the last shape that passed the check
         self._borrowed = jax.default_backend() == "cpu"  # large NumPy feeds handed over aligned
@@ -135,6 +137,8 @@ class Function:
         name: a name for the function, which its compiled code carries (``jit(name)``).
         micro_batches: how many micro-batches each call splits its feeds into, one computed
             at a time (gradient accumulation; see :func:`function`).
+        steps_per_call: how many steps one call runs (feeds stacked; see :func:`function`).
+        device_outputs: return the outputs as ``jax.Array`` s, without waiting for them.
 
     Attributes:
         inputs: the input tensors, in feed order.
@@ -142,13 +146,16 @@ class Function:
         updates: the :class:`Update` s committed after each call.
         name: the name given, or ``None``.
         micro_batches: the number of micro-batches of a call.
+        steps_per_call: the number of steps of a call.
         variable_names: names of the variables the graph reads or updates (its state).
         trace_count: how many times the graph has been traced (compiled).
 
     Raises:
         TypeError: for inputs that are not tensors, a ``name`` that is not a string, or a
-            ``micro_batches`` that is not an int.
-        ValueError: for a ``micro_batches`` below 1, or above 1 for a function fed nothing.
+            ``micro_batches`` or ``steps_per_call`` that is not an int.
+        ValueError: for a ``micro_batches`` or ``steps_per_call`` below 1, a ``micro_batches``
+            above 1 for a function fed nothing, or a ``steps_per_call`` above 1 with a sparse
+            input.
     """
 
     def __init__(
@@ -158,6 +165,8 @@ class Function:
         updates: Sequence[Any] | None = None,
         name: str | None = None,
         micro_batches: int = 1,
+        steps_per_call: int = 1,
+        device_outputs: bool = False,
     ) -> None:
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"function: inputs must be a list of tensors, got {inputs!r}")
@@ -166,12 +175,15 @@ class Function:
                 raise TypeError(f"function: every input must be a placeholder or tensor, got {x!r}")
         if name is not None and not isinstance(name, str):
             raise TypeError(f"function: name must be a string or None, got {name!r}")
-        if not isinstance(micro_batches, (int, np.integer)) or isinstance(micro_batches, bool):
-            raise TypeError(f"function: micro_batches must be an int, got {micro_batches!r}")
-        if micro_batches < 1:
-            raise ValueError(f"function: micro_batches must be at least 1, got {micro_batches}")
+        for arg, count in (("micro_batches", micro_batches), ("steps_per_call", steps_per_call)):
+            if not isinstance(count, (int, np.integer)) or isinstance(count, bool):
+                raise TypeError(f"function: {arg} must be an int, got {count!r}")
+            if count < 1:
+                raise ValueError(f"function: {arg} must be at least 1, got {count}")
         self.name = name
         self.micro_batches = int(micro_batches)
+        self.steps_per_call = int(steps_per_call)
+        self._device_outputs = bool(device_outputs)
         self.inputs = list(inputs)
         self._single = not isinstance(outputs, (list, tuple))
         self.outputs = [outputs] if self._single else list(outputs)
@@ -182,7 +194,16 @@ class Function:
                 f"function: micro_batches={micro_batches} splits the feeds, but the function "
                 "is fed none"
             )
-        self._feeders = [None if isinstance(x, LearningPhase) else _Input(x) for x in self.inputs]
+        steps = self.steps_per_call
+        self._feeders = [
+            None if isinstance(x, LearningPhase) else _Input(x, steps) for x in self.inputs
+        ]
+        sparse_fed = [f.name for f in self._feeders if f is not None and f.sparse]
+        if steps > 1 and sparse_fed:
+            raise ValueError(
+                f"function: steps_per_call={steps} stacks the feeds, which sparse inputs "
+                f"{sparse_fed} cannot be"
+            )
         phases = [i for i, x in enumerate(self.inputs) if isinstance(x, LearningPhase)]
         self._phase_at = phases[-1] if phases else None
         self._plain = not phases  # every input is fed a value to check
@@ -313,6 +334,24 @@ class Function:
         new.update(zip(layout.loose_updated, _laid_out(layout.loose_updated, new)))
         return _laid_out_outputs(outputs), layout.new_state(args, new)
 
+    def _steps(self, key: Any, args: Sequence, rng: Any, feeds: Sequence) -> Any:
+        """Inside a trace: :attr:`steps_per_call` steps in a ``lax.scan``, each on its slice of
+        the stacked feeds, its random runs counted after the previous step's (as separate
+        calls count them), carrying the updated state; the outputs stacked per step."""
+        donated = self._layout.donated
+
+        def step(carry: tuple, xs: tuple) -> tuple:
+            state, index = carry
+            step_rng = None if rng is None else rng.at[2::2].add(index.astype(rng.dtype))
+            outputs, new = self._traced(key, state, step_rng, xs)
+            state = list(state)
+            for position, value in zip(donated, new):
+                state[position] = value
+            return (tuple(state), index + 1), outputs
+
+        (state, _), outputs = lax.scan(step, (tuple(args), jnp.uint32(0)), tuple(feeds))
+        return outputs, [state[position] for position in donated]
+
     def _compile(self, key: Any, args: tuple) -> Any:
         """Compiles the graph for ``key``, its learning phase and dtype policy (see
         :func:`_compile_key`; a function that updates variables is traced now, on ``args``; one
@@ -333,7 +372,10 @@ class Function:
 
         def run(*flat):
             rng = flat[n_state] if n_rng else None
-            outputs, new = self._traced(key, flat[:n_state], rng, flat[first_feed:])
+            if self.steps_per_call > 1:
+                outputs, new = self._steps(key, flat[:n_state], rng, flat[first_feed:])
+            else:
+                outputs, new = self._traced(key, flat[:n_state], rng, flat[first_feed:])
             return (*outputs, *new)
 
         run.__name__ = run.__qualname__ = self.name or "k_function"  # jit(train_function)
@@ -499,7 +541,7 @@ class Function:
         else:
             phase, feeds = self._feeds(inputs)
         if self._random:
-            feeds.insert(0, STORE.take_runs(self._random))
+            feeds.insert(0, STORE.take_runs(self._random, self.steps_per_call))
         values, lock, n_out = STORE.values, STORE.lock, self._n_outputs
         # Outputs are converted under the lock: one may be a stored value itself (JAX forwards
         # an input returned unchanged), which another thread's call could donate.
@@ -514,7 +556,9 @@ class Function:
                     args = self._state_args()
                 results = self._compiled_for(phase, args, feeds)(*args, *feeds)
                 self._layout.commit(values, results, n_out)
-                if n_out == 1:
+                if self._device_outputs:
+                    outputs = list(results[:n_out])
+                elif n_out == 1:
                     outputs = [self._convert(results[0])]
                 else:
                     outputs = list(map(self._convert, results[:n_out]))
@@ -529,13 +573,16 @@ class Function:
                     if args is not None:
                         compiled = self._compiled_for(phase, args, feeds)
                         results = compiled(*args, *feeds)  # a first call traces
-                        outputs = list(map(self._convert, results))  # so look up _convert now
+                        if self._device_outputs:
+                            outputs = list(results)
+                        else:  # (a first call may change _convert: look it up now)
+                            outputs = list(map(self._convert, results))
                         break
                 finally:
                     lock.release_read()
                 with lock.write():
                     self._state_args()
-        if self._scalars:
+        if self._scalars and not self._device_outputs:
             outputs = [o[()] if o.ndim == 0 else o for o in outputs]
         return outputs[0] if self._single else outputs
 
@@ -611,6 +658,8 @@ def function(
     updates: Sequence[Any] | None = None,
     name: str | None = None,
     micro_batches: int = 1,
+    steps_per_call: int = 1,
+    device_outputs: bool = False,
     **kwargs: Any,
 ) -> Function:
     """Compiles a graph into a callable: ``f([x_value, ...]) -> [output_value, ...]``.
@@ -653,6 +702,16 @@ def function(
       an optax transform is given; the batch statistics of a moving average, which are then
       each micro-batch's, averaged).
 
+    Multi-step calls: with ``steps_per_call=n``, every feed stacks ``n`` steps' values along a
+    new first axis (a feed of shape ``(n, *placeholder_shape)``), and one call runs the ``n``
+    steps in one compiled ``lax.scan``, each step reading the state the previous one left:
+    the updates, the random numbers (step ``i`` draws what the ``i``-th of ``n`` separate
+    calls would) and the learning phase are those of ``n`` separate calls, and so is the
+    state after it, bit for bit. Each output stacks its ``n`` steps' values along a new first
+    axis. ``f.pure`` stays one step. With ``device_outputs=True`` a call returns the outputs
+    as ``jax.Array`` s without waiting for them (the next call can be dispatched while the
+    device works; read them with ``np.asarray``).
+
     Random ops that depend on the feeds (dropout) draw different numbers in each
     micro-batch: micro-batch ``i`` draws from ``fold_in(key, i)`` of the key the whole call
     would draw from. The learning phase applies to every micro-batch. ``f.pure`` computes
@@ -668,6 +727,9 @@ def function(
             ``"train_function"``, ``"test_function"``, ``"predict_function"``).
         micro_batches: the number of micro-batches a call computes one at a time (1: the
             whole batch at once).
+        steps_per_call: the number of steps one call runs (1: one).
+        device_outputs: return the outputs as ``jax.Array`` s on the device, without waiting
+            for them (default: NumPy arrays, which wait).
         **kwargs: not supported (TF session options); any raises.
 
     Returns:
@@ -693,7 +755,7 @@ def function(
     """
     if kwargs:
         raise ValueError(f"function: unsupported arguments {sorted(kwargs)}")
-    return Function(inputs, outputs, updates, name, micro_batches)
+    return Function(inputs, outputs, updates, name, micro_batches, steps_per_call, device_outputs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -261,9 +261,10 @@ class Store:
             base = self.seed
         return graph.eager_key(base, seed, run)
 
-    def take_runs(self, nodes: Sequence[Any]) -> np.ndarray:
-        """Counts one run of each of ``nodes``; returns the table a compiled function derives
-        their keys from: ``[base, seed_1, run_1, ..., seed_n, run_n]`` (runs before it).
+    def take_runs(self, nodes: Sequence[Any], count: int = 1) -> np.ndarray:
+        """Counts ``count`` runs of each of ``nodes`` (a multi-step call's); returns the table a
+        compiled function derives their keys from: ``[base, seed_1, run_1, ..., seed_n,
+        run_n]`` (runs before it).
 
         The seeds travel as runtime arguments, not constants, so that the same graph built
         with other seeds (Keras draws an unseeded op's from NumPy) compiles to the same
@@ -274,7 +275,7 @@ class Store:
             for node in nodes:
                 run = self._runs_of(node)
                 table += (node._seed & 0xFFFFFFFF, run & 0xFFFFFFFF)
-                self.runs[node] = run + 1
+                self.runs[node] = run + count
         return np.asarray(table, dtype=np.uint32)
 
     def next_runs(self, nodes: Sequence[Any]) -> list[int]:
