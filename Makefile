@@ -9,7 +9,7 @@ KERAS_SUITE := $(KERAS_TESTS)/tests/conftest.py
 
 BENCH_VENV := .venv-bench
 
-.PHONY: test demo lint docs bench bench-quick clean
+.PHONY: test demo lint docs bench bench-quick gpu-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,11 @@ bench: $(STAMP) $(BENCH_VENV)/.installed
 # The same at reduced sizes and repetitions (about ten minutes on two cores)
 bench-quick: $(STAMP) $(BENCH_VENV)/.installed
 	$(BIN)/python benchmarks/run_all.py --quick
+
+# The accelerator check: train steps, mixed precision, multi-step calls and a Keras fit on the
+# default JAX platform (a GPU where there is one), one table in benchmarks/RESULTS-gpu.md
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --output benchmarks/RESULTS-gpu.md
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build site *.egg-info .pytest_cache

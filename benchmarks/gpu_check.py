@@ -1,0 +1,106 @@
+"""The accelerator check: one table of what matters on a GPU, in one run of a few minutes.
+
+``make gpu-check`` runs it on the machine's default JAX platform and writes
+``benchmarks/RESULTS-gpu.md``:
+
+- the train steps of ``bench_steps.py`` (an MLP and a convnet, ``K.function`` against
+  hand-written ``jax.jit``), at the batch sizes that keep an accelerator busy;
+- the mixed-precision rows of ``bench_mixed.py`` (each policy against float32 and against
+  hand-written JAX with the same casts);
+- the multi-step rows of ``bench_multistep.py``;
+- a Keras 2.3.1 model's ``fit`` on jaxkeras (the digits convnet of ``bench_keras2.py``, in its
+  own process): its first epoch (build, compile, one epoch) and a later epoch.
+
+On a CPU (``JAX_PLATFORMS=cpu``) it runs the same at the CPU's sizes; ``--quick`` (fewer
+repetitions, what ``make test`` runs so that the script cannot rot) keeps it to a few minutes
+there too. Run: ``python benchmarks/gpu_check.py [--quick] [--output FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bench_mixed
+import bench_multistep
+import bench_steps
+import jax
+from common import Row, markdown_table, time_text
+
+HERE = Path(__file__).resolve().parent
+
+
+def keras_fit_row(epochs: int) -> Row:
+    """Keras 2.3.1's ``fit`` of the digits convnet on jaxkeras, in a fresh process: a later
+    epoch's time over the first epoch's (build + compile + one epoch)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "bench_keras2.py"),
+            "--side",
+            "jaxkeras",
+            "--epochs",
+            str(epochs),
+            "--steps",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KERAS_BACKEND="jaxkeras"),
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"gpu_check: Keras fit failed:\n{out.stderr[-3000:]}")
+    convnet = json.loads(out.stdout.strip().splitlines()[-1])["convnet"]
+    later = sorted(convnet["epochs_s"][1:])[len(convnet["epochs_s"][1:]) // 2]
+    return Row(
+        figure="Keras 2.3.1 digits convnet `fit`: a later epoch vs the first (with its compile)",
+        ours=time_text(later),
+        reference=time_text(convnet["first_s"]),
+        ratios=[later / convnet["first_s"]],
+        note=f"accuracy {convnet['accuracy']:.3f}; train function compiled "
+        f"{convnet['traces']}x; batch 32",
+    )
+
+
+def main(quick: bool = False) -> list[Row]:
+    """Every row of the check.
+
+    Args:
+        quick: fewer repetitions and epochs.
+
+    Returns:
+        The rows.
+    """
+    rows = bench_steps.main(quick)
+    rows += bench_mixed.main(quick)
+    rows += bench_multistep.main(quick)
+    rows.append(keras_fit_row(2 if quick else 4))
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--output", help="write the table there too")
+    cli = parser.parse_args()
+    started = time.perf_counter()
+    table = markdown_table(main(cli.quick))
+    devices = ", ".join(sorted({d.device_kind for d in jax.devices()}))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = (
+        "# Accelerator check (`make gpu-check`)\n\n"
+        f"- date: {now}; JAX {jax.__version__} on {jax.default_backend()} ({devices}); "
+        f"mode: {'quick' if cli.quick else 'full'}; {time.perf_counter() - started:.0f} s\n\n"
+        + table
+        + "\n"
+    )
+    print(text)
+    if cli.output:
+        Path(cli.output).write_text(text, encoding="utf-8")
