@@ -15,6 +15,7 @@ from jaxkeras import (
     optimizers,  # the optax bridge: K.optimizers.OptaxOptimizer, not flat
     process,  # the opt-in process-wide settings: K.process.enable_compilation_cache, not flat
     profiler,  # jax.profiler traces of compiled functions: K.profiler.trace, not flat
+    tiers,  # tiered compilation's switch: K.tiers.set_tiered_compilation, not flat
 )
 from jaxkeras import keras2 as _keras2
 from jaxkeras.checkpoint import restore_checkpoint, save_checkpoint

@@ -74,6 +74,31 @@ def _spec(value: Any, batch: int | None = None) -> Any:
     return None
 
 
+def planned_specs(args: tuple, n_feeds: int) -> list[tuple]:
+    """What lowering a function needs for its first call's arguments (the feeds last) and for
+    each other planned batch size: one tuple of argument specs per batch size.
+
+    Args:
+        args: the first call's flat arguments.
+        n_feeds: how many of ``args`` are feeds.
+
+    Returns:
+        The first call's specs, then one per other planned size; empty when an argument is not
+        a plain array.
+    """
+    fixed, feeds = args[: len(args) - n_feeds], args[len(args) - n_feeds :]
+    batch = _batch_of(feeds)
+    plan = planned_batch_sizes()
+    sizes = sorted(plan.difference((batch,))) if batch in plan else []
+    jobs = []
+    for size in [None, *sizes]:
+        fed = [
+            _spec(f, size if size is not None and f.shape[:1] == (batch,) else None) for f in feeds
+        ]
+        jobs.append((*(_spec(a) for a in fixed), *fed))
+    return [] if any(s is None for job in jobs for s in job) else jobs
+
+
 class Ahead:
     """The other planned batch sizes of a function's first call, compiled in the background
     by :meth:`compile_beside`.

@@ -22,7 +22,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
-from jaxkeras import cpu_memory, graph, mixed_precision
+from jaxkeras import cpu_memory, graph, mixed_precision, tiers
 from jaxkeras.ahead import Ahead, planned_batch_sizes
 from jaxkeras.config import compiler_options
 from jaxkeras.graph import (
@@ -227,6 +227,13 @@ class Function:
         self._convert: Any = np.array
         self.trace_count = 0
         self._compiled: dict[int, Any] = {}
+        # tiered compilation (jaxkeras.tiers): what the optimized compile needs, per key, until
+        # the second call starts it; the optimized jits it made, until a call takes them
+        self._to_optimize: dict[Any, tuple] = {}
+        self._upgrades: dict[Any, Any] = {}
+        self._generation = 0  # bumped whenever the executables are dropped
+        self._optimized = False
+        self._optimizing: list = []  # the threads compiling them
         self._ahead: Ahead | None = None  # the other planned batch sizes, compiling
         _FUNCTIONS.add(self)
 
@@ -267,7 +274,8 @@ class Function:
         self._loss_scale = names
         self._updated = [*self._updated, *names]
         self.variable_names = sorted({*self.variable_names, *names})
-        self._layout, self._compiled, self._ahead = None, {}, None
+        self._layout = None
+        self._drop_compiled()
 
     def pure(
         self,
@@ -384,10 +392,14 @@ class Function:
             self._convert = to_numpy
         options = self.compiler_options
         donated = self._layout.donated
+        used = donated
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if donated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
+            used = ()
             compiled = jax.jit(run, compiler_options=options)
         self._compiled[key] = compiled
+        if tiers.has_second_tier():
+            self._to_optimize[key] = [run, used, tiers.CALLS_BEFORE_OPTIMIZING]
         return compiled
 
     def _compile_first(self, key: Any, args: tuple) -> Any:
@@ -404,7 +416,13 @@ class Function:
 
     def release(self) -> None:
         """Drops the compiled executables (the next call compiles again)."""
-        self._compiled = {}
+        self._drop_compiled()
+
+    def _drop_compiled(self) -> None:
+        """Forgets every executable, and any optimized one still compiling."""
+        self._compiled, self._ahead = {}, None
+        self._to_optimize, self._upgrades, self._optimized = {}, {}, False
+        self._generation += 1
 
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
@@ -434,8 +452,9 @@ class Function:
     def compiler_options(self) -> dict[str, Any] | None:
         """The XLA options this function is compiled with, for a ``jax.jit`` of your own
         (``jax.jit(f.pure, compiler_options=f.compiler_options)``); ``None`` for XLA's
-        defaults (see :func:`jaxkeras.config.compiler_options`)."""
-        return compiler_options()
+        defaults (see :func:`jaxkeras.config.compiler_options`): the optimized tier's once
+        this function runs it (:mod:`jaxkeras.tiers`)."""
+        return tiers.optimized_options() if self._optimized else compiler_options()
 
     # calling -----------------------------------------------------------------------------------
 
@@ -500,7 +519,7 @@ class Function:
         STORE.pack(self._updated)
         STORE.pack(self._kept)
         self._layout = StateLayout(self._updated, self._kept, STORE.packs)
-        self._compiled, self._ahead = {}, None
+        self._drop_compiled()
         return self._packed_args()
 
     def _packed_args(self) -> tuple | None:
@@ -519,7 +538,54 @@ class Function:
             return self._compile_first(key, (*args, *feeds))
         if (ahead := self._ahead) is not None and ahead.wait(feeds):
             self._ahead = None  # (read into a local: readers run concurrently)
+        if self._upgrades or self._to_optimize:
+            compiled = self._next_tier(key, compiled, (*args, *feeds))
         return compiled
+
+    def _next_tier(self, key: Any, compiled: Any, args: tuple) -> Any:
+        """Tiered compilation (:mod:`jaxkeras.tiers`): the call of a key that follows its
+        ``CALLS_BEFORE_OPTIMIZING`` calls starts its optimized compile in the background; a
+        call after it is ready takes the optimized executables. Returns the one to call."""
+        upgrades = self._upgrades
+        if upgrades:
+            self._upgrades = {}
+            self._compiled.update(upgrades)
+            self._optimized = True
+            return self._compiled[key]
+        source = self._to_optimize.get(key)
+        if source is not None:
+            source[2] -= 1
+            if source[2] > 0:
+                return compiled
+            del self._to_optimize[key]
+            generation = self._generation
+
+            def done(jitted: Any) -> None:
+                if self._generation == generation:
+                    self._upgrades[key] = jitted
+
+            run, donated, _ = source
+            thread = tiers.compile_optimized(run, donated, args, len(self._feed_inputs), done)
+            if thread is not None:
+                self._optimizing.append(thread)
+        return compiled
+
+    def wait_optimized(self, timeout: float | None = None) -> bool:
+        """Waits for this function's optimized compiles in flight (:mod:`jaxkeras.tiers`); its
+        next call then runs the optimized executable.
+
+        Args:
+            timeout: the most seconds to wait in all (``None``: as long as it takes).
+
+        Returns:
+            Whether the optimized tier is ready or in use.
+        """
+        for thread in list(self._optimizing):
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+        self._optimizing = []
+        return self._optimized or bool(self._upgrades)
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
         """Runs the graph on ``inputs`` (one value per input tensor, in order).

@@ -45,7 +45,9 @@ def _in_clip(p):
 
 
 def ref_bce(t, p):
-    q = np.clip(p, EPS, 1 - EPS)
+    # clipped to the float32 bounds TF-Keras's float32 computation has (1 - eps rounds to the
+    # float32 below it: 1 - q + eps is then 2.19e-7 at p = 1)
+    q = np.clip(p, float(np.float32(EPS)), float(np.float32(1 - EPS)))
     value = -(t * np.log(q + EPS) + (1 - t) * np.log(1 - q + EPS))
     grad = np.where(_in_clip(p), -t / (q + EPS) + (1 - t) / (1 - q + EPS), 0.0)
     return value, grad
