@@ -143,6 +143,12 @@ def run_side(side: str, name: str, data: str, steps: int) -> dict:
         The times, losses and the model's source, for JSON.
     """
     keras = _keras(side)
+    if side == "jaxkeras":
+        import jaxkeras
+
+        # the same weights in every run: Keras seeds its initializers from NumPy's generator
+        np.random.seed(0)
+        jaxkeras.set_random_seed(0)
     rng = np.random.default_rng(0)
     started = time.perf_counter()
     if side == "jaxkeras":

@@ -35,6 +35,7 @@ MODULES = [
     "bench_zoo",
     "bench_mixed",
     "bench_multistep",
+    "bench_checkpoint",
     "bench_threads",
 ]
 
