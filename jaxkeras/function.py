@@ -139,6 +139,7 @@ class Function:
             at a time (gradient accumulation; see :func:`function`).
         steps_per_call: how many steps one call runs (feeds stacked; see :func:`function`).
         device_outputs: return the outputs as ``jax.Array`` s, without waiting for them.
+        check_numerics: raise, naming the first node, when a value is NaN or infinite.
 
     Attributes:
         inputs: the input tensors, in feed order.
@@ -167,6 +168,7 @@ class Function:
         micro_batches: int = 1,
         steps_per_call: int = 1,
         device_outputs: bool = False,
+        check_numerics: bool = False,
     ) -> None:
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"function: inputs must be a list of tensors, got {inputs!r}")
@@ -184,6 +186,13 @@ class Function:
         self.micro_batches = int(micro_batches)
         self.steps_per_call = int(steps_per_call)
         self._device_outputs = bool(device_outputs)
+        self.check_numerics = bool(check_numerics)
+        if self.check_numerics and (self.micro_batches > 1 or self.steps_per_call > 1):
+            raise ValueError(
+                "function: check_numerics=True checks one step's values; it cannot be combined "
+                f"with micro_batches={micro_batches} or steps_per_call={steps_per_call}"
+            )
+        self._watched: dict[Any, list] = {}  # per compile key: the nodes checked, in order
         self.inputs = list(inputs)
         self._single = not isinstance(outputs, (list, tuple))
         self.outputs = [outputs] if self._single else list(outputs)
@@ -336,11 +345,18 @@ class Function:
             for i, node in enumerate(self._random)
         }
         ctx = Context(state=state, learning_phase=phase, keys=keys, policy=policy)
+        if self.check_numerics:
+            ctx.numerics = []
         outputs, new = self._evaluate(ctx, feeds)
         if any(map(graph.is_bcoo, outputs)):
             self._convert = to_numpy
         new.update(zip(layout.loose_updated, _laid_out(layout.loose_updated, new)))
-        return _laid_out_outputs(outputs), layout.new_state(args, new)
+        outputs = _laid_out_outputs(outputs)
+        if self.check_numerics:  # one flag per node checked, after the outputs
+            self._watched[key] = [node for node, _ in ctx.numerics]
+            flags = [flag for _, flag in ctx.numerics]
+            outputs.append(jnp.stack(flags) if flags else jnp.ones((0,), bool))
+        return outputs, layout.new_state(args, new)
 
     def _steps(self, key: Any, args: Sequence, rng: Any, feeds: Sequence) -> Any:
         """Inside a trace: :attr:`steps_per_call` steps in a ``lax.scan``, each on its slice of
@@ -392,6 +408,8 @@ class Function:
             self._convert = to_numpy
         options = self.compiler_options
         donated = self._layout.donated
+        if self.check_numerics:  # a failed check keeps the state as it was
+            donated = ()
         used = donated
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if donated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
@@ -570,6 +588,19 @@ class Function:
                 self._optimizing.append(thread)
         return compiled
 
+    def _check_flags(self, phase: int, flags: Any) -> None:
+        """Raises, naming the first node whose value was not finite (``check_numerics``)."""
+        flags = np.asarray(flags)
+        if flags.all():
+            return
+        node = self._watched[_compile_key(phase)][int(np.argmin(flags))]
+        label = getattr(node, "_label", None) or node.name
+        shapes = ", ".join(str(p.shape) for p in node._inputs()) or "none"
+        raise FloatingPointError(
+            f"check_numerics: {label!r} (op {node.name!r}, inputs of shapes {shapes}) gave NaN "
+            "or infinity; no variable was updated"
+        )
+
     def wait_optimized(self, timeout: float | None = None) -> bool:
         """Waits for this function's optimized compiles in flight (:mod:`jaxkeras.tiers`); its
         next call then runs the optimized executable.
@@ -621,6 +652,9 @@ class Function:
                 if args is None:
                     args = self._state_args()
                 results = self._compiled_for(phase, args, feeds)(*args, *feeds)
+                if self.check_numerics:
+                    self._check_flags(phase, results[n_out])
+                    results = (*results[:n_out], *results[n_out + 1 :])
                 self._layout.commit(values, results, n_out)
                 if self._device_outputs:
                     outputs = list(results[:n_out])
@@ -639,6 +673,9 @@ class Function:
                     if args is not None:
                         compiled = self._compiled_for(phase, args, feeds)
                         results = compiled(*args, *feeds)  # a first call traces
+                        if self.check_numerics:
+                            self._check_flags(phase, results[n_out])
+                            results = results[:n_out]
                         if self._device_outputs:
                             outputs = list(results)
                         else:  # (a first call may change _convert: look it up now)
@@ -726,6 +763,7 @@ def function(
     micro_batches: int = 1,
     steps_per_call: int = 1,
     device_outputs: bool = False,
+    check_numerics: bool = False,
     **kwargs: Any,
 ) -> Function:
     """Compiles a graph into a callable: ``f([x_value, ...]) -> [output_value, ...]``.
@@ -778,6 +816,13 @@ def function(
     as ``jax.Array`` s without waiting for them (the next call can be dispatched while the
     device works; read them with ``np.asarray``).
 
+    Numerics checks: with ``check_numerics=True`` every floating-point value a call computes
+    (each op's, the gradients' and their replays') is checked for NaN and infinity inside the
+    compiled function; when one is not finite, the call raises ``FloatingPointError`` naming
+    the first such op in evaluation order (its ``K.name_scope``/layer label, op and input
+    shapes) and updates no variable (the state is not donated then). It costs one ``isfinite``
+    reduction per value; Keras 2 passes ``model.compile(..., check_numerics=True)`` on.
+
     Random ops that depend on the feeds (dropout) draw different numbers in each
     micro-batch: micro-batch ``i`` draws from ``fold_in(key, i)`` of the key the whole call
     would draw from. The learning phase applies to every micro-batch. ``f.pure`` computes
@@ -796,6 +841,8 @@ def function(
         steps_per_call: the number of steps one call runs (1: one).
         device_outputs: return the outputs as ``jax.Array`` s on the device, without waiting
             for them (default: NumPy arrays, which wait).
+        check_numerics: check every value the call computes for NaN and infinity (see
+            below).
         **kwargs: not supported (TF session options); any raises.
 
     Returns:
@@ -821,7 +868,16 @@ def function(
     """
     if kwargs:
         raise ValueError(f"function: unsupported arguments {sorted(kwargs)}")
-    return Function(inputs, outputs, updates, name, micro_batches, steps_per_call, device_outputs)
+    return Function(
+        inputs,
+        outputs,
+        updates,
+        name,
+        micro_batches,
+        steps_per_call,
+        device_outputs,
+        check_numerics,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

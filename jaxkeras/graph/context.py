@@ -169,6 +169,8 @@ class Context:
         self.state: dict[str, Any] = {} if state is None else state
         self.policy = policy
         self.loss_scale: Any = None  # jmp's DynamicLossScale while a train step scales its loss
+        # (node, all-finite flag) per node evaluated, when a function checks numerics
+        self.numerics: list | None = None
         self._rng = rng
         self._keys: dict = {} if keys is None else keys
         self._learning_phase = learning_phase

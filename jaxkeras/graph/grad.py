@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from jaxkeras.graph.base import Node
 from jaxkeras.graph.context import Context
-from jaxkeras.graph.interpret import evaluate, topological_order
+from jaxkeras.graph.interpret import evaluate, topological_order, watch_finite
 from jaxkeras.graph.nodes import ItemTensor, Tensor
 
 
@@ -75,11 +75,17 @@ class GradNode(Tensor):
 
         scaling = ctx.loss_scale  # a train step under mixed_float16 (jaxkeras.mixed_precision)
         zeros = [jnp.zeros_like(memo[x]) for x in xs]
-        (_, values), grads = jax.value_and_grad(total, argnums=tuple(range(len(xs))), has_aux=True)(
-            *zeros
-        )
+        watched, ctx.numerics = ctx.numerics, None  # the replay's values are checked outside
+        try:
+            (_, values), grads = jax.value_and_grad(
+                total, argnums=tuple(range(len(xs))), has_aux=True
+            )(*zeros)
+        finally:
+            ctx.numerics = watched
         for node, value in zip(replayed, values):
             memo.setdefault(node, value)
+            if watched is not None:  # the forward values the replay hands back
+                watch_finite(watched, node, value)
         return grads if scaling is None else scaling.unscale(grads)
 
 

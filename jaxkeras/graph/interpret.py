@@ -101,7 +101,27 @@ def evaluate(
             if perturb and node in perturb:
                 value = value + perturb[node]
             memo[node] = value
+            if ctx.numerics is not None:
+                watch_finite(ctx.numerics, node, value)
     return [memo[o] if isinstance(o, Node) else o for o in outputs]
+
+
+def watch_finite(watched: list, node: Node, value: Any) -> None:
+    """Records whether ``value``'s floating-point arrays are all finite (a function's
+    ``check_numerics``).
+
+    Args:
+        watched: the list of ``(node, flag)`` to append to.
+        node: the node that computed ``value``.
+        value: its value (a pytree of arrays, inside a trace).
+    """
+    leaves = [
+        leaf
+        for leaf in jax.tree_util.tree_leaves(value)
+        if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.inexact)
+    ]
+    if leaves:
+        watched.append((node, jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in leaves]))))
 
 
 _UNNAMED = contextlib.nullcontext()
