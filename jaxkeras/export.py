@@ -10,7 +10,9 @@ one file serves any batch size. Loading it needs JAX only, not jaxkeras or Keras
         exported = jax.export.deserialize(f.read())
     outputs = exported.call(images)        # a list, one array per output
 
-(:func:`load` does the same and returns a callable.) The batch dimension (the first axis of
+(:func:`load` does the same and returns a callable.) Where TensorFlow is installed,
+:func:`to_saved_model` writes the same function as a TF SavedModel (through ``jax2tf``),
+which ``tf.saved_model.load`` and TF Serving serve. The batch dimension (the first axis of
 every input whose first dimension is ``None``) is one symbol shared by the inputs, as a model's
 inputs share their batch; other ``None`` dimensions get a symbol each. The function runs in the
 learning phase given (0, test, by default), with the dtype policy in effect when exporting.
@@ -30,7 +32,7 @@ from jaxkeras.function import Function
 from jaxkeras.function import function as k_function
 from jaxkeras.graph import LearningPhase
 
-__all__ = ["DEFAULT_PLATFORMS", "export", "load"]
+__all__ = ["DEFAULT_PLATFORMS", "export", "load", "to_saved_model"]
 
 DEFAULT_PLATFORMS = ("cpu", "cuda")
 """The platforms :func:`export` lowers for unless told otherwise."""
@@ -93,12 +95,22 @@ def export(
         TypeError: for a target that is neither a ``K.function`` nor a model.
         ValueError: for an unknown platform or a learning phase other than 0 or 1.
     """
-    if learning_phase not in (0, 1):
-        raise ValueError(f"export: learning_phase must be 0 or 1, got {learning_phase!r}")
     known = ("cpu", "cuda", "rocm", "tpu")
     unknown = [p for p in platforms if p not in known]
     if unknown or not platforms:
         raise ValueError(f"export: platforms must be some of {known}, got {platforms!r}")
+    f, serving = _serving(target, learning_phase)
+    exported = jax.export.export(jax.jit(serving), platforms=tuple(platforms))(*_input_specs(f))
+    if path is not None:
+        with open(path, "wb") as file:
+            file.write(exported.serialize())
+    return exported
+
+
+def _serving(target: Any, learning_phase: int) -> tuple[Function, Callable[..., list[Any]]]:
+    """The function and its pure forward pass over the feeds, the state and key fixed."""
+    if learning_phase not in (0, 1):
+        raise ValueError(f"export: learning_phase must be 0 or 1, got {learning_phase!r}")
     f = _as_function(target)
     state = f.state()
     key = jax.random.PRNGKey(0)
@@ -107,11 +119,55 @@ def export(
         outputs, _ = f.pure(state, key, list(feeds), learning_phase=learning_phase)
         return outputs
 
-    exported = jax.export.export(jax.jit(serving), platforms=tuple(platforms))(*_input_specs(f))
-    if path is not None:
-        with open(path, "wb") as file:
-            file.write(exported.serialize())
-    return exported
+    return f, serving
+
+
+def to_saved_model(target: Any, directory: str | os.PathLike, learning_phase: int = 0) -> None:
+    """Writes a ``K.function`` or a Keras model's forward pass as a TensorFlow SavedModel.
+
+    The function is converted with ``jax.experimental.jax2tf`` (its StableHLO embedded, as
+    :func:`export` serializes it), with ``None`` dimensions polymorphic and the variables'
+    values included; its ``serving_default`` signature takes the inputs in order
+    (``input_0``, ``input_1``, ...) and returns ``output_0``, ``output_1``, ....
+
+    Args:
+        target: a ``K.function``, or a Keras 2.3.1 model.
+        directory: the SavedModel directory to write.
+        learning_phase: 0 (test) or 1 (train).
+
+    Raises:
+        ImportError: when TensorFlow is not installed.
+        TypeError, ValueError: as :func:`export`.
+    """
+    try:
+        import tensorflow as tf
+        from jax.experimental import jax2tf
+    except ImportError as err:
+        raise ImportError(
+            "to_saved_model needs TensorFlow (pip install tensorflow); export() needs JAX only"
+        ) from err
+    f, serving = _serving(target, learning_phase)
+    fed = [x for x in f.inputs if not isinstance(x, LearningPhase)]
+    dims = [
+        [
+            "b" if a == 0 and d is None else ("_" if d is None else str(d))
+            for a, d in enumerate(x.shape)
+        ]
+        for x in fed
+    ]
+    polymorphic = [f"({', '.join(d)})" if d else "()" for d in dims]
+    converted = jax2tf.convert(serving, polymorphic_shapes=polymorphic, with_gradient=False)
+    specs = [
+        tf.TensorSpec(x.shape, tf.as_dtype(np.dtype(x.dtype)), name=f"input_{i}")
+        for i, x in enumerate(fed)
+    ]
+
+    def call(*feeds: Any) -> dict[str, Any]:
+        return {f"output_{i}": y for i, y in enumerate(converted(*feeds))}
+
+    module = tf.Module()
+    module.serve = tf.function(call, input_signature=specs, autograph=False)
+    tf.saved_model.save(module, os.fspath(directory), signatures={"serving_default": module.serve})
 
 
 def load(path: str | os.PathLike) -> Callable[..., list[np.ndarray]]:

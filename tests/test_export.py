@@ -139,3 +139,23 @@ def test_a_keras_model_exports_its_predict(tmp_path):
     served = _serve(path, batches, tmp_path)
     for name in batches:
         np.testing.assert_allclose(served["outputs"][name], predicted[name], rtol=1e-6, atol=1e-7)
+
+
+def test_a_saved_model_serves_the_same_outputs(tmp_path):
+    """Where TensorFlow is installed (make bench's environment), the SavedModel that
+    ``to_saved_model`` writes serves the function's outputs for any batch size."""
+    tf = pytest.importorskip("tensorflow")
+    f = _convnet()
+    E.to_saved_model(f, tmp_path / "saved")
+    served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
+    for n in (1, 6):
+        batch = RNG.standard_normal((n, 8, 8, 1)).astype("float32")
+        got = served(input_0=tf.constant(batch))["output_0"].numpy()
+        np.testing.assert_allclose(got, f([batch])[0], rtol=1e-6, atol=1e-7)
+
+
+def test_to_saved_model_without_tensorflow_says_so(tmp_path):
+    if importlib.util.find_spec("tensorflow") is not None:
+        pytest.skip("TensorFlow is installed here")
+    with pytest.raises(ImportError, match=r"to_saved_model needs TensorFlow"):
+        E.to_saved_model(_convnet(), tmp_path / "saved")
