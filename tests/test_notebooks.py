@@ -13,7 +13,7 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CALL_OPTAX = {"04_functional_jax"}
 
 
-def test_the_six_notebooks_are_there():
+def test_the_seven_notebooks_are_there():
     assert [path.stem for path in NOTEBOOKS] == [
         "01_quickstart",
         "02_digits_convnet",
@@ -21,6 +21,7 @@ def test_the_six_notebooks_are_there():
         "04_functional_jax",
         "05_research_gradients",
         "06_mixed_precision",
+        "07_checkpoint_export",
     ]
 
 

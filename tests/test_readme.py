@@ -26,6 +26,13 @@ def test_readme_tour_runs():
     assert w.shape == (3, 1) and np.all(np.isfinite(w))
 
 
+def test_readme_checkpoint_and_export_recipe_runs():
+    (recipe,) = _python_blocks("CheckpointManager")
+    namespace: dict = {}
+    exec(compile(recipe, "README.md", "exec"), namespace)
+    np.testing.assert_array_equal(namespace["K"].get_value(namespace["w"]), np.ones((4, 2)))
+
+
 def test_readme_functional_jax_recipes_run():
     jitted, optimizer = [b for b in _python_blocks("optax") if "import keras" not in b]
     namespace: dict = {}
