@@ -26,12 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from bench_steps import (
     CLASSES,
-    LR,
     _batch,
     _max_pool,
     _sizes,
     convnet_forward,
     convnet_weights,
+    jax_step,
     keras_step,
     mlp_forward,
     mlp_weights,
@@ -89,24 +89,7 @@ def _cast_ops(dtype: Any) -> Any:
 
 def _hand_step(forward: Callable, weights: list[np.ndarray], dtype: Any) -> Callable:
     """The SGD step by hand with the casts of ``dtype``: ``step(x, y) -> loss``."""
-    ops = _cast_ops(dtype)
-
-    def loss_fn(params, x, y):
-        logits = forward(params, x, ops)
-        return jnp.mean(-jnp.sum(y * jax.nn.log_softmax(logits), axis=-1))
-
-    @functools.partial(jax.jit, donate_argnums=0)
-    def train(params, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        return [p - LR * g for p, g in zip(params, grads)], loss
-
-    holder = {"params": [jnp.asarray(w) for w in weights]}
-
-    def step(xv, yv):
-        holder["params"], loss = train(holder["params"], xv, yv)
-        return np.asarray(loss)
-
-    return step
+    return jax_step(forward, weights, _cast_ops(dtype))[0]
 
 
 def policy_rows(name: str, forward: Callable, weights: list, x_shape: tuple, rounds: int) -> list:

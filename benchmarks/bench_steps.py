@@ -130,11 +130,13 @@ def keras_step(forward: Callable, weights: list[np.ndarray], x_shape: tuple) -> 
     return (lambda xv, yv: f([xv, yv])[0]), f, variables
 
 
-def jax_step(forward: Callable, weights: list[np.ndarray]) -> tuple:
-    """The SGD step by hand: ``(step(x, y) -> loss, a holder of the parameters)``."""
+def jax_step(forward: Callable, weights: list[np.ndarray], ops: Any = None) -> tuple:
+    """The SGD step by hand: ``(step(x, y) -> loss, a holder of the parameters)``; ``ops``
+    supplies the model's ops (default :class:`JNP`)."""
+    ops = JNP if ops is None else ops
 
     def loss_fn(params, x, y):
-        logits = forward(params, x, JNP)
+        logits = forward(params, x, ops)
         return jnp.mean(-jnp.sum(y * jax.nn.log_softmax(logits), axis=-1))
 
     @functools.partial(jax.jit, donate_argnums=0)

@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_keras2 import _keras
 from common import Row, markdown_table, ratio_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,17 +80,6 @@ ZOO = {
 QUICK = ["MobileNetV2", "ResNet50V2", "Xception"]
 FAMILY_FIRST = list({family: name for name, (family, *_) in reversed(ZOO.items())}.values())[::-1]
 """The first model of each family (what ``make bench`` runs; ``--all`` runs every model)."""
-
-
-def _keras(side: str):
-    """Keras 2.3.1 on jaxkeras, or TF-Keras."""
-    if side == "jaxkeras":
-        os.environ["KERAS_BACKEND"] = "jaxkeras"
-        import keras
-    else:
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-        import tf_keras as keras
-    return keras
 
 
 def build(keras, name: str, side: str):
