@@ -556,37 +556,49 @@ class Function:
             return self._compile_first(key, (*args, *feeds))
         if (ahead := self._ahead) is not None and ahead.wait(feeds):
             self._ahead = None  # (read into a local: readers run concurrently)
-        if self._upgrades or self._to_optimize:
+        if self._to_optimize:
             compiled = self._next_tier(key, compiled, (*args, *feeds))
         return compiled
 
     def _next_tier(self, key: Any, compiled: Any, args: tuple) -> Any:
         """Tiered compilation (:mod:`jaxkeras.tiers`): the call of a key that follows its
-        ``CALLS_BEFORE_OPTIMIZING`` calls starts its optimized compile in the background; a
-        call after it is ready takes the optimized executables. Returns the one to call."""
-        upgrades = self._upgrades
-        if upgrades:
-            self._upgrades = {}
-            self._compiled.update(upgrades)
-            self._optimized = True
-            return self._compiled[key]
+        ``CALLS_BEFORE_OPTIMIZING`` calls starts its optimized compile in the background, and
+        as many calls later the key moves to it (waiting for it if need be): always at the
+        same call, so that a run computes the same numbers however long the compile took.
+        Returns the executable to call."""
         source = self._to_optimize.get(key)
-        if source is not None:
-            source[2] -= 1
-            if source[2] > 0:
-                return compiled
-            del self._to_optimize[key]
+        if source is None:
+            return compiled
+        source[2] -= 1
+        if source[2] == 0:
             generation = self._generation
 
             def done(jitted: Any) -> None:
                 if self._generation == generation:
                     self._upgrades[key] = jitted
 
-            run, donated, _ = source
+            run, donated = source[0], source[1]
             thread = tiers.compile_optimized(run, donated, args, len(self._feed_inputs), done)
+            source.append(thread)
             if thread is not None:
                 self._optimizing.append(thread)
+        elif source[2] <= -tiers.CALLS_BEFORE_OPTIMIZING:
+            return self._take_optimized(key, compiled)
         return compiled
+
+    def _take_optimized(self, key: Any, compiled: Any) -> Any:
+        """Waits for ``key``'s optimized compile and moves to it (stays on ``compiled`` when it
+        failed); the key then has no further tier."""
+        source = self._to_optimize.pop(key)
+        thread = source[3] if len(source) > 3 else None
+        if thread is not None:
+            thread.join()
+        upgraded = self._upgrades.pop(key, None)
+        if upgraded is None:
+            return compiled
+        self._compiled[key] = upgraded
+        self._optimized = True
+        return upgraded
 
     def _check_flags(self, phase: int, flags: Any) -> None:
         """Raises, naming the first node whose value was not finite (``check_numerics``)."""
@@ -602,21 +614,23 @@ class Function:
         )
 
     def wait_optimized(self, timeout: float | None = None) -> bool:
-        """Waits for this function's optimized compiles in flight (:mod:`jaxkeras.tiers`); its
-        next call then runs the optimized executable.
+        """Waits for this function's optimized compiles in flight (:mod:`jaxkeras.tiers`) and
+        moves to them now, rather than at the call where it would have.
 
         Args:
             timeout: the most seconds to wait in all (``None``: as long as it takes).
 
         Returns:
-            Whether the optimized tier is ready or in use.
+            Whether the optimized tier is in use.
         """
         for thread in list(self._optimizing):
             thread.join(timeout)
             if thread.is_alive():
                 return False
         self._optimizing = []
-        return self._optimized or bool(self._upgrades)
+        for key in [k for k, source in self._to_optimize.items() if len(source) > 3]:
+            self._take_optimized(key, self._compiled.get(key))
+        return self._optimized
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
         """Runs the graph on ``inputs`` (one value per input tensor, in order).

@@ -9,9 +9,10 @@ by default), a function's first compile is the quick one; once it has been calle
 a few dozen batches, pays nothing more), a background thread compiles the same program again
 with XLA's own fusion emitters, optimization level and module count (the options that choose
 kernels stay: :func:`optimized_options`), for that call's shapes and for the other batch
-sizes announced to :func:`jaxkeras.ahead.plan_batch_sizes`; the first call after that
-compile is ready runs the optimized executable, and every later one does
-(``f.wait_optimized()`` waits for it).
+sizes announced to :func:`jaxkeras.ahead.plan_batch_sizes`; :data:`CALLS_BEFORE_OPTIMIZING`
+calls later the function moves to the optimized executable (waiting for it, should it not
+be ready): always at the same call, so that a run computes the same numbers however long the
+compile took (``f.wait_optimized()`` waits and moves at once).
 Nothing is traced again (JAX shares the trace between both compilations), and a failed
 background compile changes nothing (the quick executable stays). A persistent compilation
 cache, when one is enabled (:mod:`jaxkeras.process`), stores both, so a later process finds
@@ -139,6 +140,8 @@ def compile_optimized(
             return
         done(jitted)
 
-    thread = threading.Thread(target=work, daemon=True, name="jaxkeras-optimized-compile")
+    # not a daemon: the interpreter waits for it at exit (killing a thread inside an XLA
+    # compile aborts the process)
+    thread = threading.Thread(target=work, name="jaxkeras-optimized-compile")
     thread.start()
     return thread

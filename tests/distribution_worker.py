@@ -134,6 +134,7 @@ def train(model, distribution, data, optimizer: str = "momentum", policy: str = 
                 result["odd_batch_error"] = str(err)
         return result
     finally:
+        mixed_precision.set_global_policy("float32")
         if scope is not None:
             scope.__exit__(None, None, None)
 
