@@ -11,7 +11,7 @@ alike:
    written here for comparison), on the layers of a small MNIST convnet, B=128: 28x28x1 -> 32
    and 14x14x32 -> 64, 3x3 kernels, 'same' and 'valid'.
 2. The same for ``K.conv1d`` and ``K.conv3d`` (``lax`` against ``im2col``), and for
-   convolutions with few output filters (< ``conv.FEW_FILTERS``) every lowering: ``taps``
+   convolutions with few output filters (< ``conv_lowering.FEW_FILTERS``) every lowering: ``taps``
    (one matmul with every window offset's kernel, then a sum of shifted slices) and ``auto``.
 3. ``K.conv2d_transpose`` and ``K.conv3d_transpose`` forward and forward+backward,
    ``col2im`` (one matmul, then each window offset's slice added in place) against ``lax``
@@ -32,8 +32,9 @@ alike:
    in its own environment, ``.venv-bench`` (``$BENCH_TF_PYTHON`` names another interpreter
    with TensorFlow and tf_keras; without one those rows are left out).
 
-Ratios above 1: slower than ``lax`` (or TF-Keras). These results set ``conv.conv_lowering``,
-``conv.transpose_lowering``, ``conv.depthwise_lowering`` and ``pool.pool_lowering``.
+Ratios above 1: slower than ``lax`` (or TF-Keras). These results set
+``jaxkeras._xla.conv_lowering``'s ``conv_lowering``, ``transpose_lowering`` and
+``depthwise_lowering``, and ``pool.pool_lowering``.
 
 Run: ``python benchmarks/bench_conv.py [--quick] [--only depthwise]`` (``--only depthwise``:
 table 7 alone); ``--side tf_keras`` times TF-Keras's depthwise and separable cases alone
@@ -60,7 +61,7 @@ from common import Row, interleaved, markdown_table, ratio_row, step_clock
 from jax import lax
 
 import jaxkeras as K
-from jaxkeras import conv
+from jaxkeras._xla import conv_lowering
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 128
@@ -146,8 +147,8 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
     rows = []
     for label, op, x_shape, k_shape in cases:
         args = (normal(rng, *x_shape), normal(rng, *k_shape, scale=0.1))
-        many = k_shape[-1] >= conv.FEW_FILTERS
-        lowerings = ("lax", "im2col", "lax_im2col") if many else conv.LOWERINGS
+        many = k_shape[-1] >= conv_lowering.FEW_FILTERS
+        lowerings = ("lax", "im2col", "lax_im2col") if many else conv_lowering.LOWERINGS
         fns = {low: functools.partial(op, padding="same", lowering=low) for low in lowerings}
         rows += compare(f"{label} same", fns, args, repeats, rng)
     return rows
@@ -259,7 +260,7 @@ def conv3d_auto_row(repeats: int, quick: bool) -> Row:
     ct = jnp.asarray(rng.standard_normal((batch, 15, 40, 40, 1)), jnp.float32)
     both = {n: forward_backward(fn) for n, fn in fns.items()}
     times = time_alternately(both, (*args, ct), repeats)
-    chosen = conv.conv_lowering(jax.default_backend(), 3, 1, 40)
+    chosen = conv_lowering.conv_lowering(jax.default_backend(), 3, 1, 40)
     row = ratio_row(
         f"`K.conv3d` fwd+bwd ({batch}, 15, 40, 40, 40) -> 1 filter, 3x3x3: 'auto' vs 'lax'",
         times["auto"],
@@ -337,7 +338,7 @@ def depthwise_rows(repeats: int) -> tuple[list, dict, dict]:
     """``taps`` against ``lax`` per case (rows for :func:`lowering_rows`); per case, the
     forward+backward times of the lowering ``'auto'`` picks here and the output's
     :func:`checksum` (for the TF-Keras rows)."""
-    chosen = conv.depthwise_lowering(jax.default_backend())
+    chosen = conv_lowering.depthwise_lowering(jax.default_backend())
     rows, times, sums = [], {}, {}
     for index, (label, name, x_shape, _, _, stride) in enumerate(DEPTHWISE_CASES):
         args = depthwise_arrays(index)
@@ -414,7 +415,7 @@ def tf_keras_rows(repeats: int, times: dict, sums: dict) -> list[Row]:
         print(f"bench_conv: TF-Keras failed:\n{out.stderr[-3000:]}", file=sys.stderr)
         return []
     theirs = {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
-    chosen = conv.depthwise_lowering(jax.default_backend())
+    chosen = conv_lowering.depthwise_lowering(jax.default_backend())
     rows = []
     for index, (label, name, *_) in enumerate(DEPTHWISE_CASES):
         (ours_sum, scale), (their_sum, _) = sums[index], theirs[index]["checksum"]

@@ -35,7 +35,7 @@ EPOCHS = 6
 BATCH = 32
 CONVLSTM_FULL = (10, 15, 40)  # batch, frames, side: the conv_lstm example
 CONVLSTM_QUICK = (2, 15, 20)
-# jaxkeras with its opt-in CPU memory reuse (jaxkeras/cpu_memory.py; off by default, when
+# jaxkeras with its opt-in CPU memory reuse (jaxkeras/_xla/cpu_memory.py; off by default, when
 # glibc's malloc maps a compiled call's temporaries afresh on every call)
 REUSE = {"JAXKERAS_REUSE_CPU_MEMORY": "1"}
 FIRST_EPOCH_ROUNDS = 3  # processes of each kind for the start-up figures (1 with --quick)

@@ -7,8 +7,9 @@ takes the weights in layer order and predicts the same batch. Checked (an error 
 
 - softmax outputs within ``1e-5`` of TF-Keras's, and the classifier's input (the pooled
   features) within ``1e-4`` relative (largest difference over the largest magnitude);
-- ``train_on_batch`` on one batch (SGD): every loss finite and the last below the first; the
-  first loss (a forward pass in training mode, before any update) within ``1e-3`` relative of
+- ``train_on_batch`` on one batch (SGD): every loss finite, and the last below the first
+  wherever TF-Keras's is (at these tiny inputs the deepest models' losses need not fall on
+  either side: ResNet152V2's rise on both); the first loss (a forward pass in training mode, before any update) within ``1e-3`` relative of
   TF-Keras's. Later losses are reported, not checked: at the smallest inputs the last
   BatchNormalization layers normalize one value per sample (1x1), which makes a float32
   gradient only a few percent exact on either side (ResNet50V2 at batch 4: TF-Keras's and ours
@@ -217,8 +218,9 @@ def compare(name: str, steps: int) -> dict:
         a, b = np.load(data), np.load(data + ".tf.npz")
         softmax = float(np.max(np.abs(a["probs"] - b["probs"])))
         features = _relative(a["features"], b["features"])
-    losses = ours["losses"]
+    losses, reference = ours["losses"], theirs["losses"]
     falling = all(np.isfinite(losses)) and losses[-1] < losses[0]
+    reference_falls = all(np.isfinite(reference)) and reference[-1] < reference[0]
     loss = _relative(np.float64(losses[0]), np.float64(theirs["losses"][0]))
     result = {"ours": ours, "theirs": theirs, "softmax": softmax, "features": features}
     result["loss"] = loss
@@ -229,8 +231,8 @@ def compare(name: str, steps: int) -> dict:
         problems.append(f"features differ by {features:.2e} relative (> {FEATURE_TOLERANCE})")
     if loss > LOSS_TOLERANCE:
         problems.append(f"first loss {losses[0]} vs TF-Keras's {theirs['losses'][0]}")
-    if not falling:
-        problems.append(f"losses {losses} are not finite and falling")
+    if not falling and (reference_falls or not all(np.isfinite(losses))):
+        problems.append(f"losses {losses} are not finite and falling (TF-Keras's {reference})")
     assert not problems, f"{name} vs {theirs['source']}: " + "; ".join(problems)
     return result
 
@@ -253,7 +255,8 @@ def main(quick: bool = False, names: list[str] | None = None) -> list[Row]:
         print(
             f"{name}: softmax {result['softmax']:.1e}, features {result['features']:.1e}, "
             f"losses {result['loss']:.1e} "
-            f"vs {result['theirs']['source']}; losses {result['ours']['losses']}",
+            f"vs {result['theirs']['source']}; losses {result['ours']['losses']}, "
+            f"TF-Keras's {result['theirs']['losses']}",
             file=sys.stderr,
         )
         family = ZOO[name][0]

@@ -18,6 +18,7 @@ from jaxkeras import (
     tiers,  # tiered compilation's switch: K.tiers.set_tiered_compilation, not flat
 )
 from jaxkeras import keras2 as _keras2
+from jaxkeras._engine.graph import Tensor, op
 from jaxkeras.checkpoint import restore_checkpoint, save_checkpoint
 from jaxkeras.checks import NarrowedDtypeWarning
 from jaxkeras.compat import (
@@ -41,7 +42,6 @@ from jaxkeras.config import (
 from jaxkeras.conv import *  # noqa: F403
 from jaxkeras.ctc import *  # noqa: F403
 from jaxkeras.function import Function, eval, function, gradients, stop_gradient
-from jaxkeras.graph import Tensor, op
 from jaxkeras.nn import *  # noqa: F403
 from jaxkeras.ops import *  # noqa: F403
 from jaxkeras.phase import (

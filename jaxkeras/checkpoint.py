@@ -79,7 +79,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse
 
-from jaxkeras import graph, state
+from jaxkeras import state
+from jaxkeras._engine import graph
 from jaxkeras.checks import check_int
 from jaxkeras.state import STORE, Variable
 

@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkeras._engine.graph import ARRAY_TYPES, Node, VariableNode, standardize_dtype, static_shape
+from jaxkeras._engine.graph.base import is_int
+from jaxkeras._engine.graph.dtypes import ALIASES as _ALIASES
 from jaxkeras.config import floatx, normalize_data_format
-from jaxkeras.graph import ARRAY_TYPES, Node, VariableNode, standardize_dtype, static_shape
-from jaxkeras.graph.base import is_int
-from jaxkeras.graph.dtypes import ALIASES as _ALIASES
 
 PADDINGS = ("same", "valid")
 

@@ -10,8 +10,9 @@ import gc
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxkeras import graph, state
-from jaxkeras.ahead import plan_batch_sizes
+from jaxkeras import state
+from jaxkeras._engine import graph
+from jaxkeras._engine.ahead import plan_batch_sizes
 from jaxkeras.function import eval_with_feeds, release_compiled
 
 

@@ -3,31 +3,37 @@ connected layers live in ``pool.py`` and ``local_conv.py``; their names are re-e
 
 Kernels use the Keras layouts: ``(spatial..., in_channels, out_channels)``; depthwise
 ``(spatial..., in_channels, multiplier)``; transposed ``(spatial..., out_channels, in_channels)``.
-Both data formats go straight to ``lax.conv_general_dilated`` through its dimension numbers, so
-no data is transposed. Plain convolutions have three more lowerings, chosen per platform by
-:func:`conv_lowering`: im2col + matmul (patches by strided slicing, then one dot), taps (one
-dot with every window offset's kernel, then a sum of shifted slices), and XLA's convolution
-with matmul gradients (``'lax_im2col'``). Transposed convolutions have one more, ``'col2im'``
-(one matmul, then each window offset's slice added in place), chosen on CPU by
-:func:`transpose_lowering`. Depthwise convolutions (and the depthwise step of separable ones)
-are XLA's grouped convolution or ``'taps'`` (a sum of the input's shifted slices times each
-window offset's per-channel filters), chosen per platform by :func:`depthwise_lowering`.
+Both data formats go straight to XLA through dimension numbers, so no data is transposed. How
+each convolution is lowered (XLA's convolution, or a matmul form that is faster on CPU) is
+chosen per platform in :mod:`jaxkeras._xla.conv_lowering`; ``lowering=`` picks one by name.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
-import math
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.custom_derivatives import SymbolicZero
 
+from jaxkeras._engine.graph import Symbolic, op
+from jaxkeras._ops.spatial import (
+    channel_axis,
+    common_dtype,
+    in_loop_body,
+    lower,
+    output_size,
+    spatial_axes,
+    window_pads,
+)
+from jaxkeras._xla import conv_lowering as lowerings
+from jaxkeras._xla.conv_lowering import (
+    DEPTHWISE_LOWERINGS,
+    LOWERINGS,
+    TRANSPOSE_LOWERINGS,
+    depthwise_lowering,
+    loop_conv_lowering,
+    transpose_lowering,
+)
 from jaxkeras.checks import (
     PADDINGS,
     check_choice,
@@ -37,24 +43,8 @@ from jaxkeras.checks import (
     check_rank,
     check_same_size,
 )
-from jaxkeras.graph import Symbolic, op
 from jaxkeras.local_conv import local_conv1d, local_conv2d
-from jaxkeras.mixed_precision import product, transposable_products
 from jaxkeras.pool import pool2d, pool3d
-from jaxkeras.spatial import (
-    channel_axis,
-    common_dtype,
-    dimension_numbers,
-    effective_size,
-    in_loop_body,
-    lower,
-    output_size,
-    pad_spatial,
-    spatial_axes,
-    window_pads,
-    window_slice,
-    window_slices,
-)
 
 __all__ = [
     "conv1d",
@@ -70,240 +60,6 @@ __all__ = [
     "separable_conv1d",
     "separable_conv2d",
 ]
-
-LOWERINGS = ("auto", "lax", "im2col", "taps", "lax_im2col")
-
-# ---------------------------------------------------------------------------------------------
-# lowerings (pure functions on arrays; pads are explicit (low, high) pairs)
-
-
-FEW_FILTERS = 8
-"""Convolutions with fewer output filters use the ``'taps'`` lowering on CPU (or ``'im2col'``
-when they have as few input channels; see :func:`conv_lowering`)."""
-
-
-def conv_lowering(
-    platform: str, n: int, filters: int | None = None, in_channels: int | None = None
-) -> str:
-    """The lowering ``lowering='auto'`` uses for an ``n``-D convolution on ``platform``.
-
-    Measured by ``benchmarks/bench_conv.py`` on CPU (forward and forward+backward):
-
-    - few output filters (< ``FEW_FILTERS``) from more input channels: ``'taps'``, which
-      copies only ``k^n * filters`` channels and whose gradients are matmuls, where XLA's
-      kernel gradient is not (the conv_lstm example's 40 -> 1 Conv3D: 0.08x the time of
-      ``'lax'`` forward+backward; 40 -> 1 or 4 in 2-D, 32 -> 4 in 1-D, 8 -> 4 in 3-D:
-      0.4-0.7x). From as few input channels (1 -> 4 in 2-D) its gradient is the slower
-      (1.3x) and im2col's patches are narrow: ``'im2col'`` (0.6x).
-    - otherwise XLA's own convolution for 1-D and 2-D (im2col's patch copy costs more than it
-      saves; 0.25-0.5x forward on a small convnet's layers), im2col + matmul for 3-D (0.75x
-      forward+backward, 8 -> 16 filters).
-
-    Accelerators keep XLA's convolution.
-
-    Args:
-        platform: a JAX platform name (``'cpu'``, ``'cuda'``, ``'rocm'``, ``'tpu'``, ...).
-        n: the number of spatial dimensions.
-        filters: the number of output filters; ``None`` means many.
-        in_channels: the number of input channels; ``None`` means many.
-
-    Returns:
-        ``'taps'``, ``'im2col'`` or ``'lax'``.
-    """
-    if platform != "cpu":
-        return "lax"
-    if filters is not None and filters < FEW_FILTERS:
-        return "taps" if in_channels is None or in_channels > filters else "im2col"
-    return "im2col" if n == 3 else "lax"
-
-
-def loop_conv_lowering(filters: int | None, in_channels: int | None) -> str:
-    """The lowering ``lowering='auto'`` uses on CPU inside a compiled loop's body.
-
-    XLA:CPU runs its own convolution's gradients inside a compiled loop many times slower
-    than outside, and fully unrolling the loop instead lets XLA fuse each step's elementwise
-    work into later steps' (a ConvLSTM's cell state chain recomputed once per consumer), so
-    in loops the gradients are matmuls: taps to fewer filters than input channels, otherwise
-    XLA's convolution forward with matmul gradients (``'lax_im2col'``), which writes no
-    patches in the forward pass. At the conv_lstm example's sizes (40 filters, 15 frames of
-    40x40, batch 10) its training step took 1.69 s on one core vs 1.79 s with ``'im2col'``
-    (medians of 16 steps in 4 interleaved rounds); taps took 1.95x im2col's time since
-    ``rnn`` recomputes the patches in the gradient (batch 4 of 15 24x24 frames).
-
-    Args:
-        filters: the number of output filters; ``None`` means many.
-        in_channels: the number of input channels; ``None`` means many.
-
-    Returns:
-        ``'lax_im2col'`` or ``'taps'``.
-    """
-    fewer_filters = filters is not None and (in_channels is None or filters < in_channels)
-    return "taps" if fewer_filters else "lax_im2col"
-
-
-def _lax_conv(x, kernel, strides, pads, dilation, data_format, groups=1):
-    n = kernel.ndim - 2
-    convolve = functools.partial(
-        lax.conv_general_dilated,
-        window_strides=tuple(strides),
-        padding=tuple(tuple(p) for p in pads),
-        rhs_dilation=tuple(dilation),
-        dimension_numbers=dimension_numbers(n, data_format),
-        feature_group_count=groups,
-    )
-    return product(convolve, x, kernel)
-
-
-def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
-    """``x``'s channel axis contracted with ``matrix``'s rows; the result's channels are last.
-
-    Channels last, ``x`` multiplies as one ``(positions, channels)`` matrix: the gradient with
-    respect to ``matrix`` is then a transposed-lhs matrix product, where a product over the
-    batch and spatial axes unflattened made XLA:CPU copy the whole cotangent transposed first
-    (2 ms per step of a ConvLSTM's recurrent convolution at the conv_lstm example's sizes).
-
-    Args:
-        x: an array with its channels on ``c_axis``.
-        matrix: ``(channels, out)``.
-        c_axis: ``x``'s channel axis.
-
-    Returns:
-        ``x``'s other axes in order, then ``out``.
-    """
-    if c_axis % x.ndim == x.ndim - 1:
-        y = product(jnp.matmul, x.reshape(-1, matrix.shape[0]), matrix)
-        return y.reshape(*x.shape[:-1], matrix.shape[1])
-    contract = functools.partial(lax.dot_general, dimension_numbers=(((c_axis,), (0,)), ((), ())))
-    return product(contract, x, matrix)
-
-
-def _padded_input(x, kernel, strides, pads, dilation, data_format):
-    """The input padded, its spatial axes, and the output's spatial sizes."""
-    n = kernel.ndim - 2
-    axes = spatial_axes(n, data_format)
-    x = pad_spatial(x, axes, pads)
-    outs = [
-        output_size(x.shape[a], k, s, d, "valid")
-        for a, k, s, d in zip(axes, kernel.shape[:n], strides, dilation)
-    ]
-    return x, axes, outs
-
-
-def _input_windows(x, kernel, strides, pads, dilation, data_format):
-    """The padded input's strided slice at each window offset (row-major over the window): at
-    output position ``o``, the elements the offset's kernel entry multiplies."""
-    x, axes, outs = _padded_input(x, kernel, strides, pads, dilation, data_format)
-    return window_slices(x, axes, kernel.shape[: kernel.ndim - 2], strides, dilation, outs)
-
-
-def _im2col_conv(x, kernel, strides, pads, dilation, data_format):
-    """Convolution as one matmul: the window's strided slices are concatenated along the channel
-    axis (patches ordered (offset, channel), as ``kernel.reshape(-1, out)``) and contracted."""
-    c_axis = channel_axis(kernel.ndim - 2, data_format)
-    slices = _input_windows(x, kernel, strides, pads, dilation, data_format)
-    patches = jnp.concatenate(slices, axis=c_axis) if len(slices) > 1 else slices[0]
-    y = _contract_channels(patches, kernel.reshape(-1, kernel.shape[-1]), c_axis)
-    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
-
-
-def _offsets_conv(x, kernel, strides, pads, dilation, data_format):
-    """Convolution as a sum over the window's offsets of the input's strided slice at that
-    offset times the offset's ``(in, out)`` matrix: ``k^n`` matmuls and no patches. Its
-    gradient with respect to the kernel is one matmul per offset, of the input's slice and the
-    cotangent (see :func:`_lax_im2col`)."""
-    n = kernel.ndim - 2
-    slices = _input_windows(x, kernel, strides, pads, dilation, data_format)
-    matrices = kernel.reshape(-1, *kernel.shape[n:])
-    c_axis = channel_axis(n, data_format)
-    y = functools.reduce(
-        operator.add, (_contract_channels(s, m, c_axis) for s, m in zip(slices, matrices))
-    )
-    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
-
-
-def _taps_conv(x, kernel, strides, pads, dilation, data_format):
-    """Convolution as one matmul, then a sum of shifted slices: every window offset's
-    ``(in, out)`` matrix applies to every position at once (channels ordered (offset, out)),
-    and output position ``o`` adds offset ``k``'s channels at ``o * stride + k * dilation``.
-
-    The copies are ``k^n * out_channels`` wide, so this suits few output channels, where
-    im2col's patches (``k^n * in_channels`` wide) would not. Both gradients are matmuls too:
-    the offsets' channels are split apart before they are shifted, so that the gradient
-    concatenates their (padded) cotangents instead of adding ``k^n`` full-width pads.
-    """
-    n = kernel.ndim - 2
-    window, (c_in, c_out) = kernel.shape[:n], kernel.shape[n:]
-    offsets = list(itertools.product(*(range(w) for w in window)))
-    flat = jnp.moveaxis(kernel.reshape(len(offsets), c_in, c_out), 0, 1)
-    flat = flat.reshape(c_in, len(offsets) * c_out)
-    z = _contract_channels(x, flat, channel_axis(n, data_format))
-    axes = range(1, n + 1)  # z is channels last whatever x's format
-    padded = [s + lo + hi for s, (lo, hi) in zip(z.shape[1:-1], pads)]
-    outs = [
-        output_size(size, k, s, d, "valid")
-        for size, k, s, d in zip(padded, window, strides, dilation)
-    ]
-    parts = lax.split(z, [c_out] * len(offsets), axis=z.ndim - 1)
-    y = functools.reduce(
-        operator.add,
-        (
-            window_slice(pad_spatial(part, axes, pads), axes, offset, strides, dilation, outs)
-            for part, offset in zip(parts, offsets)
-        ),
-    )
-    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
-
-
-def _lax_im2col_conv(x, kernel, strides, pads, dilation, data_format):
-    """XLA's convolution with matmul derivatives (see :func:`_lax_im2col`)."""
-    pads = tuple(tuple(p) for p in pads)
-    return _lax_im2col(x, kernel, tuple(strides), pads, tuple(dilation), data_format)
-
-
-_PATCH_CHANNELS = 8
-"""The most input channels for which ``'lax_im2col'``'s kernel gradient multiplies the input's
-patches by the cotangent; with more, it multiplies each window offset's slice of the input by
-the cotangent instead (:func:`_offsets_conv`), writing no patches. Patches vs offset slices
-per step of a compiled loop on one core, 10x40x40 positions to 160 channels: 0.7 vs 1.8 ms
-from 1 input channel, 4.9 vs 4.7 ms from 8, 10.7 vs 9.2 ms from 16, 29.3 vs 26.4 ms from 40."""
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
-def _lax_im2col(x, kernel, strides, pads, dilation, data_format):
-    """``lax.conv_general_dilated`` forward; its tangent is a matmul lowering's, so that
-    reverse mode gets matmul gradients: the cotangent times the kernel for the input (then
-    col2im, as :func:`_im2col_conv`), and the input's patches or offset slices times the
-    cotangent for the kernel (see :data:`_PATCH_CHANNELS`). XLA:CPU runs its own convolution
-    forward without writing patches out (a ConvLSTM's 40 -> 160 channels at batch 10 of 40x40:
-    18 ms vs im2col's 43 ms on one core), but runs its own kernel gradient many times slower
-    inside a compiled loop."""
-    return _lax_conv(x, kernel, strides, pads, dilation, data_format)
-
-
-def _lax_im2col_jvp(strides, pads, dilation, data_format, primals, tangents):
-    (x, kernel), (dx, dkernel) = primals, tangents
-    args = (strides, pads, dilation, data_format)
-    # the primal as a convolution in the trace, not a call of _lax_im2col: rnn's checkpoint
-    # policy sees it, and saves it rather than recomputing it in a loop's backward pass
-    y = _lax_conv(x, kernel, *args)
-    terms = []
-    with transposable_products():  # tangents: JAX transposes them
-        if type(dx) is not SymbolicZero:
-            terms.append(_im2col_conv(dx, kernel, *args))
-        if type(dkernel) is not SymbolicZero:
-            by_offsets = kernel.shape[-2] > _PATCH_CHANNELS  # input channels
-            terms.append((_offsets_conv if by_offsets else _im2col_conv)(x, dkernel, *args))
-    return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
-
-
-_lax_im2col.defjvp(_lax_im2col_jvp, symbolic_zeros=True)
-
-_CONV_LOWERINGS = {
-    "lax": _lax_conv,
-    "im2col": _im2col_conv,
-    "taps": _taps_conv,
-    "lax_im2col": _lax_im2col_conv,
-}
 
 
 def _pads_for(x, kernel, strides, padding, dilation, data_format):
@@ -326,11 +82,11 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     x, kernel = common_dtype(x, kernel)
     pads = _pads_for(x, kernel, strides, padding, dilation, data_format)
     return lower(
-        _CONV_LOWERINGS,
+        lowerings.CONV,
         lowering,
         loop_conv_lowering(kernel.shape[-1], kernel.shape[-2])
         if in_loop_body()
-        else conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2]),
+        else lowerings.conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2]),
         (x, kernel),
         strides,
         pads,
@@ -339,156 +95,12 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
     )
 
 
-DEPTHWISE_LOWERINGS = ("auto", "lax", "taps")
-
-
-def depthwise_lowering(platform: str) -> str:
-    """The lowering ``lowering='auto'`` uses for a depthwise convolution on ``platform`` (and
-    for a separable one).
-
-    XLA:CPU runs a grouped convolution slower than ``'taps'`` even forward, and differentiates
-    it far worse: the kernel's gradient is a batch-grouped convolution, which XLA rewrites into
-    an ungrouped one over every pair of channels, ``channels`` times the work (see the comment
-    at :func:`_taps_depthwise_sum`). ``'taps'`` needs no convolution: each window offset
-    multiplies the input's strided slice by its per-channel filters, and the gradients are
-    elementwise products and sums too; a separable convolution's pointwise step is then one
-    matmul, whose gradients XLA:CPU runs faster than its 1x1 convolution's.
-    ``benchmarks/bench_conv.py`` measures ``'taps'`` the faster forward and forward+backward at
-    every depthwise and separable layer it tries (MobileNet, MobileNetV2 and Xception sizes,
-    strides 1 and 2, multipliers 1 and 2, 1-D and 2-D); the figures are in
-    ``benchmarks/RESULTS.md``.
-
-    Accelerators keep XLA's grouped convolution (cuDNN has depthwise kernels).
-
-    Args:
-        platform: a JAX platform name (``'cpu'``, ``'cuda'``, ``'rocm'``, ``'tpu'``, ...).
-
-    Returns:
-        ``'taps'`` or ``'lax'``.
-    """
-    return "taps" if platform == "cpu" else "lax"
-
-
-def _lax_depthwise(x, kernel, strides, pads, dilation, data_format):
-    """Depthwise convolution as a grouped convolution: one group per input channel, output
-    channel ``c * multiplier + m`` (TensorFlow's order)."""
-    n = kernel.ndim - 2
-    grouped = kernel.reshape(*kernel.shape[:n], 1, -1)
-    return _lax_conv(x, grouped, strides, pads, dilation, data_format, groups=kernel.shape[n])
-
-
-def _scale_channels(x: Any, filters: Any, c_axis: int) -> Any:
-    """Input channel ``c`` of ``x`` times ``filters[c, m]``, as output channel
-    ``c * multiplier + m``.
-
-    Args:
-        x: an array with its channels on ``c_axis`` (non-negative).
-        filters: ``(channels, multiplier)``.
-        c_axis: ``x``'s channel axis.
-
-    Returns:
-        ``x``'s shape with ``channels * multiplier`` channels.
-    """
-    channels, multiplier = filters.shape
-    if multiplier == 1:  # no multiplier axis: XLA:CPU sums a rank-5 product over its
-        # positions several times slower (the kernel's gradient)
-        return x * filters.reshape([channels if a == c_axis else 1 for a in range(x.ndim)])
-    shape = [1] * (x.ndim + 1)
-    shape[c_axis : c_axis + 2] = [channels, multiplier]
-    y = jnp.expand_dims(x, c_axis + 1) * filters.reshape(shape)
-    return y.reshape(*x.shape[:c_axis], channels * multiplier, *x.shape[c_axis + 1 :])
-
-
-def _taps_of_slices(x, kernel, strides, pads, dilation, data_format):
-    """The depthwise taps sum, each window offset's strided slice of the input times the
-    offset's per-channel filters. With a multiplier, each filter index ``m`` sums on its own
-    and the sums interleave as channels ``c * multiplier + m``: the gradient with respect to
-    the input is then one elementwise sum of the cotangent's products padded into place (with
-    a multiplier axis in each product, XLA:CPU wrote out a sum over it per offset)."""
-    n = kernel.ndim - 2
-    slices = _input_windows(x, kernel, strides, pads, dilation, data_format)
-    c_axis = channel_axis(n, data_format)
-    filters = kernel.reshape(len(slices), *kernel.shape[n:])
-    sums = [
-        functools.reduce(
-            operator.add,
-            (_scale_channels(s, f[:, m : m + 1], c_axis) for s, f in zip(slices, filters)),
-        )
-        for m in range(kernel.shape[-1])
-    ]
-    if len(sums) == 1:
-        return sums[0]
-    y = jnp.stack(sums, axis=c_axis + 1)
-    return y.reshape(*y.shape[:c_axis], -1, *y.shape[c_axis + 2 :])
-
-
-def _taps_of_scaled_input(x, kernel, strides, pads, dilation, data_format):
-    """The same sum with the padded input scaled by each offset's filters first, then sliced.
-    The gradient with respect to the kernel is then, per offset, the sum over batch and
-    positions of the padded input times the cotangent padded into place, which XLA:CPU
-    computes reading both where they are; from slices of the input (:func:`_taps_of_slices`)
-    it writes every offset's slice out first. Strides pad the cotangent with holes, which it
-    writes out too."""
-    n = kernel.ndim - 2
-    x, axes, outs = _padded_input(x, kernel, strides, pads, dilation, data_format)
-    c_axis = channel_axis(n, data_format)
-    offsets = itertools.product(*(range(k) for k in kernel.shape[:n]))
-    filters = kernel.reshape(-1, *kernel.shape[n:])
-    return functools.reduce(
-        operator.add,
-        (
-            window_slice(_scale_channels(x, f, c_axis), axes, offset, strides, dilation, outs)
-            for offset, f in zip(offsets, filters)
-        ),
-    )
-
-
-def _taps_depthwise(x, kernel, strides, pads, dilation, data_format):
-    """Depthwise convolution as a sum over the window's offsets of the input's strided slice at
-    that offset times the offset's per-channel filters: elementwise multiply-adds, no
-    convolution (see :func:`_taps_depthwise_sum`)."""
-    pads = tuple(tuple(p) for p in pads)
-    return _taps_depthwise_sum(x, kernel, tuple(strides), pads, tuple(dilation), data_format)
-
-
-# Works around XLA's slow gradient of a grouped convolution,
-# https://github.com/jax-ml/jax/issues/13800 (reported on GPU). On CPU the kernel's gradient is
-# a batch-grouped convolution that XLA rewrites into an ungrouped one (the
-# convolution_group_converter pass, https://github.com/tensorflow/tensorflow/pull/31597): a
-# (channels, kh, kw, channels) result for a (kh, kw, channels, 1) kernel.
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
-def _taps_depthwise_sum(x, kernel, strides, pads, dilation, data_format):
-    """:func:`_taps_of_slices`, whose tangent with respect to the kernel is
-    :func:`_taps_of_scaled_input`'s at stride 1 (reverse mode transposes each form into the
-    gradient that form makes fast: the input's, the kernel's)."""
-    return _taps_of_slices(x, kernel, strides, pads, dilation, data_format)
-
-
-def _taps_depthwise_jvp(strides, pads, dilation, data_format, primals, tangents):
-    (x, kernel), (dx, dkernel) = primals, tangents
-    args = (strides, pads, dilation, data_format)
-    y = _taps_of_slices(x, kernel, *args)
-    terms = []
-    if type(dx) is not SymbolicZero:
-        terms.append(_taps_of_slices(dx, kernel, *args))
-    if type(dkernel) is not SymbolicZero:
-        unstrided = all(s == 1 for s in strides)
-        terms.append((_taps_of_scaled_input if unstrided else _taps_of_slices)(x, dkernel, *args))
-    return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
-
-
-_taps_depthwise_sum.defjvp(_taps_depthwise_jvp, symbolic_zeros=True)
-
-_DEPTHWISE_LOWERINGS = {"lax": _lax_depthwise, "taps": _taps_depthwise}
-_POINTWISE_LOWERINGS = {"lax": _lax_conv, "taps": _im2col_conv}  # a 1x1 im2col: one matmul
-
-
 def _depthwise(x, kernel, strides, padding, dilation, data_format, lowering):
     """Depthwise convolution: each input channel with its own ``multiplier`` filters."""
     x, kernel = common_dtype(x, kernel)
     pads = _pads_for(x, kernel, strides, padding, dilation, data_format)
     return lower(
-        _DEPTHWISE_LOWERINGS,
+        lowerings.DEPTHWISE,
         lowering,
         depthwise_lowering("cpu"),
         (x, kernel),
@@ -517,7 +129,7 @@ def _separable_conv(
     n = pointwise_kernel.ndim - 2
     ones = (1,) * n
     return lower(
-        _POINTWISE_LOWERINGS,
+        lowerings.POINTWISE,
         lowering,
         depthwise_lowering("cpu"),
         (y, pointwise_kernel),
@@ -528,91 +140,6 @@ def _separable_conv(
     )
 
 
-def transpose_lowering(platform: str, in_sizes: Sequence[int], out_sizes: Sequence[int]) -> str:
-    """The lowering ``lowering='auto'`` uses for a transposed convolution on ``platform``.
-
-    XLA's transposed convolution runs over the output's positions, the input dilated by the
-    strides and padded by the window: it multiplies zeros wherever the output has more
-    positions than the input. ``'col2im'`` runs over the input's positions (one matmul to every
-    window offset's output channels, then each offset's slice added at its place), so on CPU it
-    takes over once the output has at least twice the input's positions. Measured on CPU,
-    forward / forward+backward against ``'lax'``, batch 100 unless said: Keras's mnist_acgan
-    generator, 3x3x384 -> 7x7x192 (stride 1, ``'valid'``, 5x5): 0.04x / 0.10x; 7x7x192 ->
-    14x14x96 (stride 2): 0.91x / 0.33x; 14x14x96 -> 28x28x1: 0.7x / 0.55x; batch 128 of
-    4x4x512 -> 8x8x256 (4x4): 0.85x / 0.08x; batch 16 of 8x8x8x16 -> 16x16x16x8: 0.02x / 0.23x.
-    With as many positions out as in (stride 1, ``'same'``), XLA's convolution wastes nothing
-    and is the faster (batch 32 of 16x16x256 -> 256, 3x3: ``'col2im'`` 1.7x / 1.5x).
-
-    Accelerators keep XLA's transposed convolution.
-
-    Args:
-        platform: a JAX platform name (``'cpu'``, ``'cuda'``, ...).
-        in_sizes: the input's spatial sizes.
-        out_sizes: the output's spatial sizes.
-
-    Returns:
-        ``'col2im'`` or ``'lax'``.
-    """
-    if platform == "cpu" and math.prod(out_sizes) >= 2 * math.prod(in_sizes):
-        return "col2im"
-    return "lax"
-
-
-def _lax_transpose(x, kernel, out_sizes, strides, padding, dilation, data_format):
-    """``lax.conv_transpose`` with explicit pads, so any output size in range is reachable."""
-    n = kernel.ndim - 2
-    in_sizes = [x.shape[a] for a in spatial_axes(n, data_format)]
-    forward = window_pads(out_sizes, kernel.shape[:n], strides, dilation, padding)
-    pads = [
-        (effective_size(k, d) - 1 - lo, o - (i - 1) * s - 1 + lo)
-        for o, i, k, s, d, (lo, _) in zip(
-            out_sizes, in_sizes, kernel.shape[:n], strides, dilation, forward
-        )
-    ]
-    convolve = functools.partial(
-        lax.conv_transpose,
-        strides=tuple(strides),
-        padding=tuple(pads),
-        rhs_dilation=tuple(dilation),
-        dimension_numbers=dimension_numbers(n, data_format),
-        transpose_kernel=True,  # a (spatial..., out, in) kernel, flipped
-    )
-    return product(convolve, x, kernel)
-
-
-def _col2im_transpose(x, kernel, out_sizes, strides, padding, dilation, data_format):
-    """Transposed convolution as one matmul, then a sum of placed slices: every input position
-    times every window offset's ``(in, out)`` matrix (channels ordered (offset, out)); the
-    forward convolution read output position ``o * stride + k * dilation - pad`` for input
-    position ``o`` and offset ``k``, so offset ``k``'s channels are added there (each offset's
-    slice padded into place, with ``stride - 1`` zeros between its elements). Both gradients
-    are matmuls of strided slices."""
-    n = kernel.ndim - 2
-    window, (c_out, c_in) = kernel.shape[:n], kernel.shape[n:]
-    offsets = list(itertools.product(*(range(w) for w in window)))
-    flat = jnp.transpose(kernel.reshape(len(offsets), c_out, c_in), (2, 0, 1))
-    z = _contract_channels(x, flat.reshape(c_in, -1), channel_axis(n, data_format))
-    in_sizes = z.shape[1:-1]  # z is channels last whatever x's format
-    forward = window_pads(out_sizes, window, strides, dilation, padding)
-    zero = jnp.zeros((), z.dtype)
-
-    def placed(part, offset):
-        config = [(0, 0, 0)]
-        for o, i, k, s, d, (lo, _) in zip(out_sizes, in_sizes, offset, strides, dilation, forward):
-            low = k * d - lo
-            config.append((low, o - low - (i - 1) * s - 1, s - 1))
-        return lax.pad(part, zero, [*config, (0, 0, 0)])
-
-    parts = lax.split(z, [c_out] * len(offsets), axis=z.ndim - 1)
-    y = functools.reduce(operator.add, map(placed, parts, offsets))
-    return y if data_format == "channels_last" else jnp.moveaxis(y, -1, 1)
-
-
-TRANSPOSE_LOWERINGS = ("auto", "lax", "col2im")
-
-_TRANSPOSE_LOWERINGS = {"lax": _lax_transpose, "col2im": _col2im_transpose}
-
-
 @op(name="conv_transpose")
 def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_format, lowering):
     """The adjoint of the convolution that maps an ``out_sizes`` input to ``x``'s size."""
@@ -621,7 +148,7 @@ def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_forma
     out_sizes = [int(s) for s in out_sizes]
     in_sizes = [x.shape[a] for a in spatial_axes(n, data_format)]
     return lower(
-        _TRANSPOSE_LOWERINGS,
+        lowerings.TRANSPOSE,
         lowering,
         transpose_lowering("cpu", in_sizes, out_sizes),
         (x, kernel),

@@ -17,7 +17,7 @@ import optax
 from jax import lax
 from jax.experimental import sparse
 
-from jaxkeras import graph
+from jaxkeras._engine import graph
 from jaxkeras.checks import (
     check_int,
 )

@@ -39,7 +39,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from jaxkeras import graph
+from jaxkeras._engine import graph
 from jaxkeras.checks import check_int
 
 __all__ = [

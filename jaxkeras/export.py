@@ -28,9 +28,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxkeras._engine.graph import LearningPhase
 from jaxkeras.function import Function
 from jaxkeras.function import function as k_function
-from jaxkeras.graph import LearningPhase
 
 __all__ = ["DEFAULT_PLATFORMS", "export", "load", "to_saved_model"]
 

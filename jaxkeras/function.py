@@ -22,10 +22,10 @@ import numpy as np
 from jax import lax
 from jax.experimental import sparse
 
-from jaxkeras import cpu_memory, graph, mixed_precision, tiers
-from jaxkeras.ahead import Ahead, planned_batch_sizes
-from jaxkeras.config import compiler_options
-from jaxkeras.graph import (
+from jaxkeras import mixed_precision, tiers
+from jaxkeras._engine import graph
+from jaxkeras._engine.ahead import Ahead, planned_batch_sizes
+from jaxkeras._engine.graph import (
     ARRAY_TYPE,
     DISTRIBUTION,
     PHASE,
@@ -40,8 +40,10 @@ from jaxkeras.graph import (
     op,
     topological_order,
 )
-from jaxkeras.graph.interpret import evaluate_in_slices
-from jaxkeras.packs import StateLayout
+from jaxkeras._engine.graph.interpret import evaluate_in_slices
+from jaxkeras._engine.packs import StateLayout
+from jaxkeras._xla import cpu_memory
+from jaxkeras._xla.options import compiler_options
 from jaxkeras.state import (
     STORE,
     Update,
@@ -382,7 +384,7 @@ class Function:
         that only reads is traced by its first call).
 
         The compiled function takes flat positional arguments (the state, as laid out by
-        :class:`~jaxkeras.packs.StateLayout`, its updated part donated; the random-run table
+        :class:`~jaxkeras._engine.packs.StateLayout`, its updated part donated; the random-run table
         when the graph draws; the feeds) and returns a flat tuple (outputs, then the new
         state), which is what JAX's C++ dispatch handles fastest. The updated state is donated,
         unless the traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
@@ -422,7 +424,7 @@ class Function:
 
     def _compile_first(self, key: Any, args: tuple) -> Any:
         """:meth:`_compile`, then the other batch sizes announced by
-        :func:`jaxkeras.ahead.plan_batch_sizes` in the background (see :mod:`jaxkeras.ahead`)."""
+        :func:`jaxkeras._engine.ahead.plan_batch_sizes`, in the background."""
         compiled = self._compile(key, args)
         self._ahead = None
         if planned_batch_sizes():
@@ -470,7 +472,7 @@ class Function:
     def compiler_options(self) -> dict[str, Any] | None:
         """The XLA options this function is compiled with, for a ``jax.jit`` of your own
         (``jax.jit(f.pure, compiler_options=f.compiler_options)``); ``None`` for XLA's
-        defaults (see :func:`jaxkeras.config.compiler_options`): the optimized tier's once
+        defaults (see :func:`jaxkeras._xla.options.compiler_options`): the optimized tier's once
         this function runs it (:mod:`jaxkeras.tiers`)."""
         return tiers.optimized_options() if self._optimized else compiler_options()
 

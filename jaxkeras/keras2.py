@@ -36,7 +36,7 @@ Keras keeps in ``keras.backend.common``, and makes ``keras.optimizers.get`` (whi
 (``get_updates``, ``weights``, ``get_weights``, ``set_weights``, ``get_config``), such as
 ``jaxkeras.optimizers.OptaxOptimizer``; Keras accepts only its own subclasses otherwise.
 Keras's fit, evaluate and predict loops announce their batch sizes to
-:func:`jaxkeras.ahead.plan_batch_sizes`, so an epoch's smaller last batch compiles while the
+:func:`jaxkeras._engine.ahead.plan_batch_sizes`, so an epoch's smaller last batch compiles while the
 first batch does.
 Nothing changes for programs that do not load jaxkeras through Keras.
 """
@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxkeras import config
-from jaxkeras.ahead import plan_batch_sizes
+from jaxkeras._engine.ahead import plan_batch_sizes
 
 
 class ArgSpec(NamedTuple):
@@ -227,8 +227,9 @@ def _once_imported(fullname: str, then: Callable[[Any], None]) -> None:
 
 def _announce_batch_sizes(training_arrays: Any) -> None:
     """Makes Keras's fit, evaluate and predict loops announce their batch sizes (the batch
-    size, and the last batch's when it is smaller) to :func:`jaxkeras.ahead.plan_batch_sizes`,
-    so that the last batch's compile overlaps the first's."""
+    size, and the last batch's when it is smaller) to
+    :func:`jaxkeras._engine.ahead.plan_batch_sizes`, so that the last batch's compile overlaps
+    the first's."""
     make_batches = training_arrays.make_batches
     if getattr(make_batches, "_jaxkeras", False):
         return

@@ -15,20 +15,20 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras._engine.graph import op
+from jaxkeras._ops.spatial import (
+    channel_axis,
+    common_dtype,
+    spatial_axes,
+    window_slices,
+)
 from jaxkeras.checks import (
     check_data_format,
     check_int_tuple,
     check_rank,
     check_same_size,
 )
-from jaxkeras.graph import op
 from jaxkeras.mixed_precision import product
-from jaxkeras.spatial import (
-    channel_axis,
-    common_dtype,
-    spatial_axes,
-    window_slices,
-)
 
 __all__ = ["local_conv1d", "local_conv2d"]
 

@@ -12,9 +12,10 @@ The names are Keras 3's and TF-Keras's:
   ``K.rnn`` steps) and every convolution (plain, transposed, depthwise, separable, locally
   connected) take their float32 operands in bfloat16 and accumulate and return float32
   (``preferred_element_type``). One exception, on CPU only: a depthwise convolution's CPU
-  lowering is elementwise products (``'taps'``, see ``conv.depthwise_lowering``), which stay
-  float32 (XLA:CPU has no 16-bit arithmetic to gain from); other platforms' grouped
-  convolution is cast like every product;
+  lowering is elementwise products (``'taps'``, see
+  ``jaxkeras._xla.conv_lowering.depthwise_lowering``), which stay float32 (XLA:CPU has no
+  16-bit arithmetic to gain from); other platforms' grouped convolution is cast like every
+  product;
 - ``'mixed_float16'``: the same in float16, with dynamic loss scaling (below).
 
 Everything else stays float32 under a mixed policy: variables (the master weights) and the
@@ -60,7 +61,7 @@ import jax
 import jax.numpy as jnp
 import jmp
 
-from jaxkeras.graph.context import active_context
+from jaxkeras._engine.graph.context import active_context
 
 __all__ = [
     "GROWTH_PERIOD",

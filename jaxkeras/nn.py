@@ -2,8 +2,8 @@
 padding and resizing (convolution and pooling live in ``conv.py``, CTC in ``ctc.py``).
 
 Each public function validates its static arguments, then calls a pure ``jax.numpy`` body
-wrapped by :func:`jaxkeras.graph.op`, so it runs eagerly on arrays, records a node on symbolic
-tensors, and replays inside ``K.function``, ``K.gradients`` and a user's ``jax.jit``.
+wrapped by :func:`jaxkeras._engine.graph.op`, so it runs eagerly on arrays, records a node on
+symbolic tensors, and replays inside ``K.function``, ``K.gradients`` and a user's ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxkeras._engine.graph import Node, OpTensor, Symbolic, dtype_of, op, standardize_dtype
+from jaxkeras._engine.graph.infer import broadcast_shapes
+from jaxkeras._ops.common import standard_result_type, widened
 from jaxkeras.checks import (
     broadcastable,
     check_axis,
@@ -32,9 +35,6 @@ from jaxkeras.checks import (
     is_int,
 )
 from jaxkeras.config import epsilon
-from jaxkeras.graph import Node, OpTensor, Symbolic, dtype_of, op, standardize_dtype
-from jaxkeras.graph.infer import broadcast_shapes
-from jaxkeras.ops_common import standard_result_type, widened
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -249,7 +249,7 @@ def _clip_probabilities(p: jax.Array, eps: float) -> jax.Array:
 
 def _activation_args(output: Any, activation: Callable) -> tuple | None:
     """The positional arguments of the op that computed ``output``, when that op is
-    ``activation`` (an op made by :func:`~jaxkeras.graph.op`); ``None`` otherwise."""
+    ``activation`` (an op made by :func:`~jaxkeras._engine.graph.op`); ``None`` otherwise."""
     if isinstance(output, OpTensor) and output._fn is activation.pure:
         args, _ = jax.tree_util.tree_unflatten(output._treedef, output._leaves)
         return tuple(args)

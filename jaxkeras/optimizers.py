@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxkeras import graph
+from jaxkeras._engine import graph
+from jaxkeras._ops.reduce import sum as sum_
 from jaxkeras.checks import check_variable
 from jaxkeras.function import gradients
-from jaxkeras.ops_reduce import sum as sum_
 from jaxkeras.state import (
     Variable,
     batch_set_value,

@@ -9,8 +9,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxkeras import graph
-from jaxkeras.graph import PHASE, PhaseSwitch, Symbolic
+from jaxkeras._engine import graph
+from jaxkeras._engine.graph import PHASE, PhaseSwitch, Symbolic
 
 
 def learning_phase() -> Any:

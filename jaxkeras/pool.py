@@ -16,20 +16,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxkeras._engine.graph import op
+from jaxkeras._ops.common import standard_result_type
+from jaxkeras._ops.spatial import (
+    lower,
+    pad_spatial,
+    spatial_axes,
+    window_pads,
+)
 from jaxkeras.checks import (
     check_choice,
     check_data_format,
     check_int_tuple,
     check_padding,
     check_rank,
-)
-from jaxkeras.graph import op
-from jaxkeras.ops_common import standard_result_type
-from jaxkeras.spatial import (
-    lower,
-    pad_spatial,
-    spatial_axes,
-    window_pads,
 )
 
 __all__ = ["pool2d", "pool3d"]

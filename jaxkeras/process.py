@@ -28,7 +28,7 @@ from typing import Any
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
-from jaxkeras import cpu_memory
+from jaxkeras._xla import cpu_memory
 from jaxkeras.config import keras_home
 
 __all__ = [
@@ -118,7 +118,7 @@ def enable_compilation_cache(folder: str | None = None) -> str:
 
 
 def reuse_cpu_memory() -> bool:
-    """Makes CPU calls reuse the memory earlier calls freed (see :mod:`jaxkeras.cpu_memory`):
+    """Makes CPU calls reuse the memory earlier calls freed (see :mod:`jaxkeras._xla.cpu_memory`):
     sets glibc's ``malloc`` to keep freed blocks and JAX to run CPU computations on the
     calling thread. Both are process-wide; call it before JAX runs anything.
 

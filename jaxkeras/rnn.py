@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxkeras import graph
+from jaxkeras._engine import graph
+from jaxkeras._engine.graph import Context, Placeholder, Symbolic, dtype_of
+from jaxkeras._ops.spatial import loop_body
 from jaxkeras.checks import check_bool, check_callable, check_dtype, compatible
-from jaxkeras.graph import Context, Placeholder, Symbolic, dtype_of
-from jaxkeras.spatial import loop_body
 from jaxkeras.state import forbid_updates
 from jaxkeras.tensors import int_shape, ndim
 
@@ -316,10 +316,11 @@ def _scan(body: Callable, carry: Any, xs: Any, steps: int, slow_in_cpu_loops: bo
     slower inside a compiled loop (depthwise, separable and transposed convolutions) and the
     loop is short; other platforms keep the loop.
 
-    The loop's body is traced inside :func:`~jaxkeras.spatial.loop_body`, where plain
+    The loop's body is traced inside :func:`~jaxkeras._ops.spatial.loop_body`, where plain
     convolutions with ``lowering='auto'`` choose lowerings with matmul gradients on CPU (see
-    ``conv.loop_conv_lowering``), so a ConvLSTM keeps its loop: unrolled, XLA fuses the cell
-    state's chain into every later step's consumers (the conv_lstm example's training step:
+    ``jaxkeras._xla.conv_lowering.loop_conv_lowering``), so a ConvLSTM keeps its loop: unrolled,
+    XLA fuses the cell state's chain into every later step's consumers (the conv_lstm example's
+    training step:
     7.9 s CPU unrolled with XLA's convolutions vs 3.8 s kept as a loop with matmuls, 2.8 s
     when its gradient also recomputes what it used to stack: :func:`_saving_dots`).
     """

@@ -25,10 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils, sparse
 
-from jaxkeras import graph
+from jaxkeras._engine import graph
+from jaxkeras._engine.graph import DISTRIBUTION, Context, Symbolic, VariableNode
+from jaxkeras._engine.packs import Pack, packable
 from jaxkeras.checks import check_dtype, check_fits, check_seed, check_variable
-from jaxkeras.graph import DISTRIBUTION, Context, Symbolic, VariableNode
-from jaxkeras.packs import Pack, packable
 
 # ---------------------------------------------------------------------------------------------
 # the store
@@ -140,7 +140,7 @@ class Store:
     update is lost.
 
     Values are *loose* (one array per variable, in :attr:`values`) or *packed* (sliced from a
-    :class:`~jaxkeras.packs.Pack`'s buffer, which compiled functions take as one argument);
+    :class:`~jaxkeras._engine.packs.Pack`'s buffer, which compiled functions take as one argument);
     :meth:`read`, :meth:`names` and :meth:`write` see both alike.
 
     Attributes:
@@ -491,7 +491,7 @@ def scoped_name(name: str) -> str:
 
 
 # Recorded ops read the active K.name_scope as a prefix ("block/dense_1/"), so that compiled
-# code names their operations after it (see jaxkeras.graph.interpret.evaluate).
+# code names their operations after it (see jaxkeras._engine.graph.interpret.evaluate).
 graph.install_name_scopes(functools.partial(scoped_name, ""))
 
 

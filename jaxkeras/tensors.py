@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse
 
-from jaxkeras import graph, state
+from jaxkeras import state
+from jaxkeras._engine import graph
+from jaxkeras._engine.graph import Placeholder, Symbolic, dtype_of, op
 from jaxkeras.checks import check_dtype
-from jaxkeras.graph import Placeholder, Symbolic, dtype_of, op
 from jaxkeras.state import Variable
 
 

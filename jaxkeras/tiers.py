@@ -2,14 +2,14 @@
 
 On CPU, ``K.function`` compiles with options that make XLA compile quickly (its classic fusion
 emitters, LLVM's optimization level 1, as many LLVM modules as cores; see
-:func:`jaxkeras.config.compiler_options`), which costs some speed in the compiled fusions: an
+:func:`jaxkeras._xla.options.compiler_options`), which costs some speed in the compiled fusions: an
 MLP's train step runs about 1.2x as long as with XLA's defaults. With tiered compilation (on
 by default), a function's first compile is the quick one; once it has been called
 :data:`CALLS_BEFORE_OPTIMIZING` times (so that a short run, a notebook cell, a first epoch of
 a few dozen batches, pays nothing more), a background thread compiles the same program again
 with XLA's own fusion emitters, optimization level and module count (the options that choose
 kernels stay: :func:`optimized_options`), for that call's shapes and for the other batch
-sizes announced to :func:`jaxkeras.ahead.plan_batch_sizes`; :data:`CALLS_BEFORE_OPTIMIZING`
+sizes announced to :func:`jaxkeras._engine.ahead.plan_batch_sizes`; :data:`CALLS_BEFORE_OPTIMIZING`
 calls later the function moves to the optimized executable (waiting for it, should it not
 be ready): always at the same call, so that a run computes the same numbers however long the
 compile took (``f.wait_optimized()`` waits and moves at once).
@@ -38,9 +38,9 @@ from typing import Any
 
 import jax
 
-from jaxkeras import config
-from jaxkeras.ahead import planned_specs
-from jaxkeras.graph import DISTRIBUTION
+from jaxkeras._engine.ahead import planned_specs
+from jaxkeras._engine.graph import DISTRIBUTION
+from jaxkeras._xla import options
 
 __all__ = [
     "CALLS_BEFORE_OPTIMIZING",
@@ -56,7 +56,7 @@ CALLS_BEFORE_OPTIMIZING = 64
 before the optimized one starts compiling."""
 _SWITCH: list[bool | None] = [None]  # None: as the environment says (on unless "0")
 # the options that only make compiling quicker: the optimized tier leaves them to XLA
-_QUICK_ONLY = (config.CPU_FUSION_FLAG, config.CPU_LEVEL_FLAG, config.CPU_SPLIT_FLAG)
+_QUICK_ONLY = (options.CPU_FUSION_FLAG, options.CPU_LEVEL_FLAG, options.CPU_SPLIT_FLAG)
 
 
 def set_tiered_compilation(on: bool) -> None:
@@ -87,7 +87,7 @@ def optimized_options() -> dict[str, Any] | None:
     Returns:
         The options (``None`` for XLA's defaults).
     """
-    quick = config.compiler_options()
+    quick = options.compiler_options()
     if quick is None:
         return None
     kept = {k: v for k, v in quick.items() if k not in _QUICK_ONLY}
@@ -100,7 +100,7 @@ def has_second_tier() -> bool:
     Returns:
         ``True`` when functions should start the optimized compile.
     """
-    return tiered() and optimized_options() != config.compiler_options()
+    return tiered() and optimized_options() != options.compiler_options()
 
 
 def compile_optimized(

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras.ahead import plan_batch_sizes, planned_batch_sizes
-from jaxkeras.config import compiler_options
+from jaxkeras._engine.ahead import plan_batch_sizes, planned_batch_sizes
+from jaxkeras._xla.options import compiler_options
 from tests.helpers import compile_threads
 
 
@@ -115,7 +115,7 @@ class _RecordingDistribution:
 
 
 def test_the_background_trace_sees_the_callers_distribution(compiles):
-    from jaxkeras.graph.runtime import DISTRIBUTION
+    from jaxkeras._engine.graph.runtime import DISTRIBUTION
 
     _, f = _train_step()
     distribution = _RecordingDistribution()

@@ -60,7 +60,7 @@ def test_round_trip_of_every_kind_of_variable(tmp_path, fmt):
     made = {k: K.variable(v, dtype=dtypes[k], name=k) for k, v in values.items()}
     bf = K.variable(np.array([1.5, -2.25]), dtype="bfloat16", name="bf")
     sp = K.variable(scipy.sparse.random(4, 5, density=0.3, random_state=1), name="sp")
-    # small variables a compiled function packs into one buffer (jaxkeras.packs)
+    # small variables a compiled function packs into one buffer (jaxkeras._engine.packs)
     small = [K.variable(np.full(3, float(i)), name=f"scope/small{i}") for i in range(3)]
     K.function([], [], updates=[K.update_add(v, 1.0) for v in small])([])
     assert any(STORE.packs.get(v.name) is not None for v in small)

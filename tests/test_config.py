@@ -258,7 +258,7 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
 
     import jax
 
-    from jaxkeras.config import (
+    from jaxkeras._xla.options import (
         CPU_FUSION_FLAG,
         CPU_LEVEL_FLAG,
         CPU_LIBRARY_FLAG,
@@ -297,21 +297,21 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
 def test_options_xla_rejects_are_dropped_once_not_failing_every_compile(monkeypatch):
     import jax
 
-    from jaxkeras import config
+    from jaxkeras._xla import options as xla_options
 
     if jax.default_backend() != "cpu":
         pytest.skip("the probed options are XLA:CPU's")
-    renamed = {"xla_cpu_no_such_option_of_ours": True, config.CPU_LIBRARY_FLAG: "NO_SUCH_TYPE"}
-    wanted = dict(config.cpu_options(), **renamed)
-    monkeypatch.setattr(config, "cpu_options", lambda: wanted)
+    renamed = {"xla_cpu_no_such_option_of_ours": True, xla_options.CPU_LIBRARY_FLAG: "NO_SUCH_TYPE"}
+    wanted = dict(xla_options.cpu_options(), **renamed)
+    monkeypatch.setattr(xla_options, "cpu_options", lambda: wanted)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
     probes = []
-    original = config._compiles_with
-    monkeypatch.setattr(config, "_compiles_with", lambda o: probes.append(o) or original(o))
-    options = config.compiler_options()
+    original = xla_options._compiles_with
+    monkeypatch.setattr(xla_options, "_compiles_with", lambda o: probes.append(o) or original(o))
+    options = xla_options.compiler_options()
     assert set(options) == set(wanted) - set(renamed)  # the others are kept
     assert len(probes) == 1 + len(wanted)  # all together, then each alone
-    assert config.compiler_options() == options and len(probes) == 1 + len(wanted)  # once
+    assert xla_options.compiler_options() == options and len(probes) == 1 + len(wanted)  # once
     x = K.placeholder((None, 3))
     f = K.function([x], [K.sum(x * 2, axis=1)])
     assert f.compiler_options == options
@@ -319,12 +319,14 @@ def test_options_xla_rejects_are_dropped_once_not_failing_every_compile(monkeypa
 
 
 def test_the_split_count_follows_the_cores_the_process_may_use(monkeypatch):
-    from jaxkeras import config
+    from jaxkeras._xla import options as xla_options
 
-    monkeypatch.setattr(config, "_cores", lambda: 3)
-    assert config.cpu_options()[config.CPU_SPLIT_FLAG] == 3
-    monkeypatch.setattr(config, "_cores", lambda: 96)
-    assert config.cpu_options()[config.CPU_SPLIT_FLAG] == 32  # XLA's own default is the most
+    monkeypatch.setattr(xla_options, "_cores", lambda: 3)
+    assert xla_options.cpu_options()[xla_options.CPU_SPLIT_FLAG] == 3
+    monkeypatch.setattr(xla_options, "_cores", lambda: 96)
+    assert (
+        xla_options.cpu_options()[xla_options.CPU_SPLIT_FLAG] == 32
+    )  # XLA's own default is the most
 
 
 def _library_ops(hlo: str) -> set[str]:
@@ -369,7 +371,7 @@ def test_a_reduction_of_a_transposed_operand_is_offered_to_ynnpack_whole():
     import jax
     import numpy as np
 
-    from jaxkeras.config import CPU_PASSES_FLAG, compiler_options
+    from jaxkeras._xla.options import CPU_PASSES_FLAG, compiler_options
 
     if jax.default_backend() != "cpu":
         pytest.skip("XLA:CPU's library choices")
@@ -392,7 +394,7 @@ def test_a_reduction_of_a_transposed_operand_is_offered_to_ynnpack_whole():
 
 
 def test_the_quick_compiler_options_compute_the_same_bits():
-    # K.function (compiled with config.compiler_options() on CPU) against jax.jit with XLA's
+    # K.function (compiled with xla_options.compiler_options() on CPU) against jax.jit with XLA's
     # defaults
     import jax
     import jax.numpy as jnp

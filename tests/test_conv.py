@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras import conv, spatial
+from jaxkeras import conv
+from jaxkeras._ops import spatial
+from jaxkeras._xla import conv_lowering
 from tests.conv_reference import (
     TOL,
     channels,
@@ -116,21 +118,28 @@ def test_matmul_lowerings_contract_channels_as_one_matrix(n, lowering):
 
 
 def test_conv_lowering_policy():
-    assert [conv.conv_lowering("cpu", n) for n in (1, 2, 3)] == ["lax", "lax", "im2col"]
-    assert [conv.conv_lowering("cpu", 3, f) for f in (1, 7, 8)] == ["taps", "taps", "im2col"]
+    assert [conv_lowering.conv_lowering("cpu", n) for n in (1, 2, 3)] == ["lax", "lax", "im2col"]
+    assert [conv_lowering.conv_lowering("cpu", 3, f) for f in (1, 7, 8)] == [
+        "taps",
+        "taps",
+        "im2col",
+    ]
     # few filters: taps from more input channels, im2col's narrow patches from as few
-    few = [conv.conv_lowering("cpu", 2, 4, c) for c in (1, 4, 5, 40)]
+    few = [conv_lowering.conv_lowering("cpu", 2, 4, c) for c in (1, 4, 5, 40)]
     assert few == ["im2col", "im2col", "taps", "taps"]
-    assert conv.conv_lowering("cpu", 3, 4, 2) == "im2col"
-    assert conv.conv_lowering("cpu", 2, 40, 40) == "lax"
+    assert conv_lowering.conv_lowering("cpu", 3, 4, 2) == "im2col"
+    assert conv_lowering.conv_lowering("cpu", 2, 40, 40) == "lax"
     platforms = ("cuda", "rocm", "tpu")
     choices = {
-        conv.conv_lowering(p, n, f, 40) for p in platforms for n in (1, 2, 3) for f in (1, 64)
+        conv_lowering.conv_lowering(p, n, f, 40)
+        for p in platforms
+        for n in (1, 2, 3)
+        for f in (1, 64)
     }
     assert choices == {"lax"}
 
 
-@pytest.mark.parametrize("c_in", [3, conv._PATCH_CHANNELS + 4])
+@pytest.mark.parametrize("c_in", [3, conv_lowering._PATCH_CHANNELS + 4])
 @pytest.mark.parametrize("n", [2, 3])
 def test_lax_im2col_derivatives_match_lax(c_in, n):
     # its own derivative rule (the kernel's part by patches, or by offset slices from more
@@ -159,15 +168,15 @@ def test_lax_im2col_derivatives_match_lax(c_in, n):
 
 
 def test_loop_conv_lowering_policy():
-    assert conv.loop_conv_lowering(40, 1) == "lax_im2col"
-    assert [conv.loop_conv_lowering(f, 40) for f in (1, 39, 40, 160)] == [
+    assert conv_lowering.loop_conv_lowering(40, 1) == "lax_im2col"
+    assert [conv_lowering.loop_conv_lowering(f, 40) for f in (1, 39, 40, 160)] == [
         "taps",
         "taps",
         "lax_im2col",
         "lax_im2col",
     ]
-    assert conv.loop_conv_lowering(4, None) == "taps"
-    assert conv.loop_conv_lowering(None, 4) == "lax_im2col"
+    assert conv_lowering.loop_conv_lowering(4, None) == "taps"
+    assert conv_lowering.loop_conv_lowering(None, 4) == "lax_im2col"
 
 
 def _convolutions(text):
@@ -201,7 +210,7 @@ def test_auto_conv_lowering_is_decided_per_platform(n):
     x, w = conv_inputs(n, "channels_last")
     for platform in ("cpu", "cuda", "tpu"):
         text = lowered_for(platform, lambda a: CONV_OPS[n](a, w, padding="same"), x)
-        chosen = conv.conv_lowering(platform, n, w.shape[-1], w.shape[-2])
+        chosen = conv_lowering.conv_lowering(platform, n, w.shape[-1], w.shape[-2])
         assert ("convolution" in text) == (chosen == "lax"), platform
 
 
@@ -291,7 +300,7 @@ def full_shape(batch, spatial, c, data_format):
     return channels((batch, *spatial, c), data_format)
 
 
-@pytest.mark.parametrize("lowering", conv.TRANSPOSE_LOWERINGS)
+@pytest.mark.parametrize("lowering", conv_lowering.TRANSPOSE_LOWERINGS)
 @pytest.mark.parametrize(
     ("n", "data_format", "padding", "strides", "dilation", "out"), TRANSPOSE_CASES
 )
@@ -378,12 +387,14 @@ def test_col2im_transpose_upsamples_a_small_input_exactly():
 
 
 def test_transpose_lowering_policy():
-    assert conv.transpose_lowering("cpu", (7, 7), (14, 14)) == "col2im"
-    assert conv.transpose_lowering("cpu", (3, 3), (7, 7)) == "col2im"
-    assert conv.transpose_lowering("cpu", (10,), (20,)) == "col2im"
-    assert conv.transpose_lowering("cpu", (16, 16), (16, 16)) == "lax"  # stride 1, 'same'
-    assert conv.transpose_lowering("cpu", (16, 16), (18, 18)) == "lax"
-    assert all(conv.transpose_lowering(p, (7, 7), (14, 14)) == "lax" for p in ("cuda", "tpu"))
+    assert conv_lowering.transpose_lowering("cpu", (7, 7), (14, 14)) == "col2im"
+    assert conv_lowering.transpose_lowering("cpu", (3, 3), (7, 7)) == "col2im"
+    assert conv_lowering.transpose_lowering("cpu", (10,), (20,)) == "col2im"
+    assert conv_lowering.transpose_lowering("cpu", (16, 16), (16, 16)) == "lax"  # stride 1, 'same'
+    assert conv_lowering.transpose_lowering("cpu", (16, 16), (18, 18)) == "lax"
+    assert all(
+        conv_lowering.transpose_lowering(p, (7, 7), (14, 14)) == "lax" for p in ("cuda", "tpu")
+    )
 
 
 def test_auto_conv_transpose_lowering_is_decided_per_platform():
@@ -567,8 +578,8 @@ def test_taps_depthwise_through_placeholders_and_variables():
 
 
 def test_depthwise_lowering_policy():
-    assert conv.depthwise_lowering("cpu") == "taps"
-    assert {conv.depthwise_lowering(p) for p in ("cuda", "rocm", "tpu")} == {"lax"}
+    assert conv_lowering.depthwise_lowering("cpu") == "taps"
+    assert {conv_lowering.depthwise_lowering(p) for p in ("cuda", "rocm", "tpu")} == {"lax"}
 
 
 def test_auto_depthwise_and_separable_lowering_is_decided_per_platform():

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras import cpu_memory
+from jaxkeras._xla import cpu_memory
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 

@@ -11,8 +11,9 @@ import scipy.special
 from jax.experimental import sparse
 
 import jaxkeras as K
-from jaxkeras import checks, graph
-from jaxkeras.graph import context
+from jaxkeras import checks
+from jaxkeras._engine import graph
+from jaxkeras._engine.graph import context
 from tests.conv_reference import np_conv, np_depthwise, np_pool, uniform
 
 RNG = np.random.default_rng(0)
@@ -349,7 +350,7 @@ def test_compiled_eager_ops_agree_with_numpy_and_with_their_recorded_graphs(name
 
 
 def test_eager_clip_reuses_its_compiled_body_for_new_bounds_and_keeps_the_dtype_of_x():
-    from jaxkeras import ops_math
+    from jaxkeras._ops import math as ops_math
 
     ints = jnp.arange(6)
     before = ops_math._clip.concrete._cache_size()

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras import graph
-from jaxkeras.graph import Context, evaluate, topological_order
-from jaxkeras.graph.infer import SHAPE_CACHE, infer_shapes
+from jaxkeras._engine import graph
+from jaxkeras._engine.graph import Context, evaluate, topological_order
+from jaxkeras._engine.graph.infer import SHAPE_CACHE, infer_shapes
 
 calls = []
 
@@ -313,7 +313,7 @@ def test_element_wise_dtypes_are_those_of_jax_numpy():
 
 
 def test_element_wise_and_random_ops_record_without_tracing(monkeypatch):
-    from jaxkeras.graph import infer
+    from jaxkeras._engine.graph import infer
 
     runs = []
     real = infer._eval_shape
@@ -356,7 +356,7 @@ INDICES = [
 
 @pytest.mark.parametrize("index", INDICES)
 def test_indexing_a_known_shape_is_inferred_without_running(index, monkeypatch):
-    from jaxkeras.graph import infer
+    from jaxkeras._engine.graph import infer
 
     value = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
     x = K.variable(value)
@@ -508,7 +508,7 @@ RULED = [  # ops with shape rules: build from placeholders, concrete shapes, the
 
 @pytest.mark.parametrize("case", range(len(RULED)))
 def test_shape_rules_give_what_running_the_op_gives(case, monkeypatch):
-    from jaxkeras.graph import infer
+    from jaxkeras._engine.graph import infer
 
     make, shapes, expected = RULED[case]
     runs = []

@@ -1,4 +1,4 @@
-"""dot and batch_dot (jaxkeras/ops_linalg.py): shapes from the Keras docs, values against NumPy,
+"""dot and batch_dot (jaxkeras/_ops/linalg.py): shapes from the Keras docs, values against NumPy,
 gradients, and shape errors."""
 
 import numpy as np

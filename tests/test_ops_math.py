@@ -1,4 +1,4 @@
-"""Element-wise ops (jaxkeras/ops_math.py) against NumPy, eagerly, through K.function, on
+"""Element-wise ops (jaxkeras/_ops/math.py) against NumPy, eagerly, through K.function, on
 variables and under jax.jit; gradients against finite differences."""
 
 import jax

@@ -1,5 +1,5 @@
-"""Constant-filled variables and tensors, arange (jaxkeras/ops_create.py); switch, identity,
-print_tensor, py_all and py_sum (jaxkeras/ops_control.py)."""
+"""Constant-filled variables and tensors, arange (jaxkeras/_ops/create.py); switch, identity,
+print_tensor, py_all and py_sum (jaxkeras/_ops/control.py)."""
 
 import jax
 import numpy as np

@@ -1,4 +1,4 @@
-"""Random ops (jaxkeras/ops_random.py): distribution statistics over 1e5 samples, fresh draws
+"""Random ops (jaxkeras/_ops/random.py): distribution statistics over 1e5 samples, fresh draws
 per compiled call, one value per node within a call, seeds reproducing across processes."""
 
 import subprocess
@@ -11,7 +11,7 @@ import scipy.stats
 from helpers import EXECUTABLES
 
 import jaxkeras as K
-from jaxkeras import ops_random
+from jaxkeras._ops import random as ops_random
 
 N = 100_000
 

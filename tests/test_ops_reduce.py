@@ -1,4 +1,4 @@
-"""Reductions and scans (jaxkeras/ops_reduce.py): property tests over shapes, axes, keepdims and
+"""Reductions and scans (jaxkeras/_ops/reduce.py): property tests over shapes, axes, keepdims and
 dtypes against NumPy; logsumexp stability; in_top_k ties; gradients."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Shape manipulation and indexing (jaxkeras/ops_shape.py): property tests over shapes, axes
+"""Shape manipulation and indexing (jaxkeras/_ops/shape.py): property tests over shapes, axes
 and dtypes against NumPy, unknown dimensions kept through chains of ops, symbolic shape
 arguments, and argument errors."""
 

@@ -234,7 +234,7 @@ def test_random_ops_inside_an_rnn_step_are_fresh_per_call():
 def test_eager_keys_equal_the_op_by_op_derivation(base, seed):
     # the one compiled key function against JAX's key functions applied one at a time: the
     # call's key (the run folded into the global seed's), then the op's seed folded in
-    from jaxkeras.graph import eager_key
+    from jaxkeras._engine.graph import eager_key
 
     for run in (0, 1, 0x80000001, 2**32 - 1):
         expected = jax.random.fold_in(
@@ -244,7 +244,7 @@ def test_eager_keys_equal_the_op_by_op_derivation(base, seed):
 
 
 def test_eager_keys_under_another_key_implementation():
-    from jaxkeras.graph import derive_key, eager_key
+    from jaxkeras._engine.graph import derive_key, eager_key
 
     previous = jax.config.jax_default_prng_impl
     jax.config.update("jax_default_prng_impl", "rbg")

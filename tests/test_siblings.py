@@ -1,4 +1,4 @@
-"""Sibling ops run as one (jaxkeras/graph/siblings.py): a loop body that applies several
+"""Sibling ops run as one (jaxkeras/_xla/siblings.py): a loop body that applies several
 kernels to one input, as Keras's recurrent cells do per gate, computes one product or
 convolution; values and gradients are those of the separate ops."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras.graph import siblings
+from jaxkeras._xla import siblings
 
 UNITS = 3
 

@@ -1,4 +1,4 @@
-"""Tests of jaxkeras.spatial (window arithmetic) and the static output shapes of convolution
+"""Tests of jaxkeras._ops.spatial (window arithmetic) and the static output shapes of convolution
 and pooling it decides, against hand-derived sizes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import jaxkeras as K
-from jaxkeras import spatial
+from jaxkeras._ops import spatial
 from tests.conv_reference import channels, np_pads
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Small full reductions (jaxkeras/summation.py).
+"""Small full reductions (jaxkeras/_xla/summation.py).
 
 By default K.sum/K.mean of a vector are XLA's, and of up to 4,096 floats spanning two or more
 axes a cascaded compensated sum, the same whatever the layout; with the exact sums switched on,
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras import summation
+from jaxkeras._xla import summation
 from tests.helpers import run_all_ways
 
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%\S+ = ", re.MULTILINE)

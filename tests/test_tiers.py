@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras import config, tiers
+from jaxkeras import tiers
+from jaxkeras._xla import options as xla_options
 
 pytestmark = pytest.mark.skipif(
     not tiers.has_second_tier(), reason="one tier here (not CPU, or switched off)"
@@ -57,11 +58,11 @@ def test_a_later_call_runs_the_optimized_compile_without_tracing_again():
     f, _ = _train_step()
     batch = _batch()
     f(batch)  # the quick compile
-    assert f.compiler_options == config.compiler_options()
+    assert f.compiler_options == xla_options.compiler_options()
     f(batch)  # starts the optimized compile
     assert f.wait_optimized(timeout=120)
     f(batch)  # takes it
-    assert f.compiler_options == tiers.optimized_options() != config.compiler_options()
+    assert f.compiler_options == tiers.optimized_options() != xla_options.compiler_options()
     assert f.trace_count == 1
 
 
@@ -81,7 +82,7 @@ def test_both_tiers_compute_the_same_step():
         K.set_value(w, value)
     expected = [plain(batch)[0] for _ in range(3)]
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
-    assert plain.compiler_options == config.compiler_options()  # never moved on
+    assert plain.compiler_options == xla_options.compiler_options()  # never moved on
 
 
 def test_pure_with_the_options_in_use_is_the_call_bit_for_bit():

@@ -28,10 +28,10 @@ import numpy as np
 from jax import export
 from jax.experimental import sparse
 
-from jaxkeras.graph.base import Node
-from jaxkeras.graph.context import Context
-from jaxkeras.graph.interpret import evaluate
-from jaxkeras.graph.sparse import apply_op, is_bcoo, on_leaves
+from jaxkeras._engine.graph.base import Node
+from jaxkeras._engine.graph.context import Context
+from jaxkeras._engine.graph.interpret import evaluate
+from jaxkeras._engine.graph.sparse import apply_op, is_bcoo, on_leaves
 
 # Sizes for unknown dimensions when symbolic shapes fail: highly composite, so that reshapes
 # which split an unknown dimension still divide; dimensions that differ between them are unknown.

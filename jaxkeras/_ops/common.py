@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export
 
-from jaxkeras.graph import Node
+from jaxkeras._engine.graph import Node
 
 TensorLike = Any
 """A symbolic tensor, a variable, a NumPy/JAX array or a Python scalar."""

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxkeras import graph
+from jaxkeras._engine import graph
 
 PACK_BYTES = 4096
 """The largest value packed, in bytes. A call that updates a pack writes the whole buffer

@@ -9,15 +9,15 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras._engine.graph import op, static_shape
+from jaxkeras._ops.common import (
+    TensorLike,
+)
 from jaxkeras.checks import (
     check_axis_of,
     is_int,
 )
-from jaxkeras.graph import op, static_shape
 from jaxkeras.mixed_precision import product
-from jaxkeras.ops_common import (
-    TensorLike,
-)
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = ["batch_dot", "dot"]

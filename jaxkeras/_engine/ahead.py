@@ -21,8 +21,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxkeras.graph.base import is_int
-from jaxkeras.graph.runtime import DISTRIBUTION
+from jaxkeras._engine.graph.base import is_int
+from jaxkeras._engine.graph.runtime import DISTRIBUTION
 
 __all__ = ["Ahead", "plan_batch_sizes", "planned_batch_sizes"]
 

@@ -14,18 +14,18 @@ import jax
 import numpy as np
 
 from jaxkeras import state
+from jaxkeras._engine.graph import Node, op
+from jaxkeras._ops.common import (
+    TensorLike,
+    concrete_dims,
+)
+from jaxkeras._xla.options import compiler_options
 from jaxkeras.checks import (
     check_dtype,
     check_float_dtype,
     check_seed,
     check_shape_arg,
     check_variable_shape,
-)
-from jaxkeras.config import compiler_options
-from jaxkeras.graph import Node, op
-from jaxkeras.ops_common import (
-    TensorLike,
-    concrete_dims,
 )
 
 __all__ = [

@@ -20,9 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkeras.graph import siblings
-from jaxkeras.graph.base import ARRAY_TYPES, Node, Subgraph, is_int
-from jaxkeras.graph.context import (
+from jaxkeras._engine.graph.base import ARRAY_TYPES, Node, Subgraph, is_int
+from jaxkeras._engine.graph.context import (
     TOP_LEVEL,
     TRACE,
     Context,
@@ -30,11 +29,12 @@ from jaxkeras.graph.context import (
     active_scope,
     at_top_level,
 )
-from jaxkeras.graph.infer import ShapeRule, elementwise_rule, infer_shapes
-from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
-from jaxkeras.graph.runtime import NODE_IDS, THREAD
-from jaxkeras.graph.siblings import SplitRule
-from jaxkeras.graph.sparse import apply_op, is_bcoo
+from jaxkeras._engine.graph.infer import ShapeRule, elementwise_rule, infer_shapes
+from jaxkeras._engine.graph.interpret import evaluate, evaluate_now, topological_order
+from jaxkeras._engine.graph.runtime import NODE_IDS, THREAD
+from jaxkeras._engine.graph.sparse import apply_op, is_bcoo
+from jaxkeras._xla import siblings
+from jaxkeras._xla.siblings import SplitRule
 
 # ---------------------------------------------------------------------------------------------
 # indexing with symbolic bounds
@@ -558,7 +558,7 @@ def op(
         elementwise: the body is element-wise (NumPy broadcasting of its array arguments;
             its other arguments are scalars, dtypes or strings): its shapes are then inferred
             by broadcasting, without running it (:func:`elementwise_rule`).
-        splits: how the op splits along a kernel's axis (see :mod:`jaxkeras.graph.siblings`):
+        splits: how the op splits along a kernel's axis (see :mod:`jaxkeras._xla.siblings`):
             called with the op's arguments, ``(the kernel's position, kernel axis, output
             axis)`` or ``None``; graph walks then run sibling nodes that apply several
             kernels to the same input as one, on the kernels concatenated.

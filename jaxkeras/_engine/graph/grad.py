@@ -8,10 +8,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxkeras.graph.base import Node
-from jaxkeras.graph.context import Context
-from jaxkeras.graph.interpret import evaluate, topological_order, watch_finite
-from jaxkeras.graph.nodes import ItemTensor, Tensor
+from jaxkeras._engine.graph.base import Node
+from jaxkeras._engine.graph.context import Context
+from jaxkeras._engine.graph.interpret import evaluate, topological_order, watch_finite
+from jaxkeras._engine.graph.nodes import ItemTensor, Tensor
 
 
 class GradNode(Tensor):

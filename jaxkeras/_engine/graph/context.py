@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import numpy as np
 from jax.extend.core import get_opaque_trace_state
 
-from jaxkeras.config import compiler_options
-from jaxkeras.graph.runtime import PHASE, THREAD, state_source
+from jaxkeras._engine.graph.keys import node_key
+from jaxkeras._engine.graph.runtime import PHASE, THREAD, state_source
 
 TOP_LEVEL_TRACE = get_opaque_trace_state()
 """The trace state outside any ``jax.jit``/``vmap``/``grad``."""
@@ -52,94 +51,6 @@ TRACE, TOP_LEVEL = _trace_state()
 def at_top_level() -> bool:
     """Returns whether this thread runs outside any ``jax.jit``/``vmap``/``grad`` trace."""
     return TRACE.value is TOP_LEVEL
-
-
-def call_key(base: Any, run: Any) -> jax.Array:
-    """The key a random op draws from in its run ``run`` under the global seed ``base``: the
-    ``rng`` that ``f.pure`` would be given for that run (``fold_in(PRNGKey(base), run)``).
-
-    Args:
-        base: the global seed (``K.set_random_seed``).
-        run: how many times the op has run before.
-
-    Returns:
-        A JAX key (raw ``uint32[2]`` data).
-    """
-    return jax.random.fold_in(jax.random.PRNGKey(base), run)
-
-
-def node_key(rng: Any, seed: Any) -> jax.Array:
-    """The key of a random op with ``seed`` in an evaluation given the key ``rng``.
-
-    The one place a node's key is made from a call's key: ``f.pure``, state scopes, compiled
-    calls and eager draws all use it, so they draw the same numbers from the same key.
-
-    Args:
-        rng: the evaluation's key.
-        seed: the op's seed (any int: its low 32 bits are used; or a traced ``uint32``).
-
-    Returns:
-        A JAX key (raw ``uint32[2]`` data).
-    """
-    if isinstance(seed, (int, np.integer)):
-        seed = int(seed) & 0xFFFFFFFF
-    return jax.random.fold_in(rng, seed)
-
-
-def derive_key(base: Any, seed: Any, run: Any) -> jax.Array:
-    """The key of run ``run`` of a random op with ``seed``, under the global seed ``base``:
-    ``node_key(call_key(base, run), seed)``.
-
-    Used eagerly and inside compiled functions (where all three are traced), so both draw the
-    same numbers for the same run.
-
-    Args:
-        base: the global seed (``K.set_random_seed``).
-        seed: the op's seed.
-        run: how many times the op has run before.
-
-    Returns:
-        A JAX key (raw ``uint32[2]`` data).
-    """
-    return node_key(call_key(base, run), seed)
-
-
-def _key_function() -> Any:
-    """A new compiled :func:`derive_key` on ``uint32[3]`` ``(base, seed, run)``, compiled
-    with ``K.function``'s options (XLA:CPU's classic emitters compile it in a third of the time
-    of its defaults, which a fresh process pays at its first draw)."""
-
-    def key_of_table(table: jax.Array) -> jax.Array:
-        return derive_key(table[0], table[1], table[2])
-
-    return jax.jit(key_of_table, compiler_options=compiler_options())
-
-
-_KEY_FUNCTIONS: dict[str, Any] = {}
-"""JAX's key implementation -> :func:`_key_function` made for it (JAX's cache of a function's
-compilations does not tell the implementations apart)."""
-
-
-def eager_key(base: int, seed: int, run: int) -> jax.Array:
-    """``derive_key(base, seed, run)`` for Python ints, as one call of one compiled function
-    (op by op it would compile three small computations in a fresh process).
-
-    Args:
-        base: the global seed, in ``[0, 2**32)``.
-        seed: the op's seed (any int; its low 32 bits are used, as in :func:`derive_key`).
-        run: how many times the op has run before, in ``[0, 2**32)``.
-
-    Returns:
-        A JAX key (raw ``uint32[2]`` data, or the size of another implementation's keys).
-    """
-    implementation = jax.config.jax_default_prng_impl
-    compiled = _KEY_FUNCTIONS.get(implementation)
-    if compiled is None:
-        compiled = _KEY_FUNCTIONS[implementation] = _key_function()
-    return compiled(np.array([base, seed & _MASK, run & _MASK], dtype=np.uint32))
-
-
-_MASK = 0xFFFFFFFF
 
 
 class Context:

@@ -12,6 +12,13 @@ import numpy as np
 from jax import lax
 
 from jaxkeras import tensors
+from jaxkeras._engine.graph import Node, Symbolic, dtype_of, known_entries, op, static_shape
+from jaxkeras._ops.common import (
+    Axes,
+    TensorLike,
+    concrete_dims,
+    static_shape_of,
+)
 from jaxkeras.checks import (
     check_axes_of,
     check_axis_of,
@@ -20,13 +27,6 @@ from jaxkeras.checks import (
     check_shape_arg,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import Node, Symbolic, dtype_of, known_entries, op, static_shape
-from jaxkeras.ops_common import (
-    Axes,
-    TensorLike,
-    concrete_dims,
-    static_shape_of,
-)
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [

@@ -8,14 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxkeras import state
+from jaxkeras._engine.graph import op
+from jaxkeras._ops.common import (
+    TensorLike,
+)
 from jaxkeras.checks import (
     check_dtype,
     check_variable_shape,
     is_int,
-)
-from jaxkeras.graph import op
-from jaxkeras.ops_common import (
-    TensorLike,
 )
 
 __all__ = ["arange", "eye", "ones", "ones_like", "zeros", "zeros_like"]

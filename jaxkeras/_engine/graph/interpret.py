@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxkeras.graph import siblings
-from jaxkeras.graph.base import Node
-from jaxkeras.graph.context import Context, active_context, at_top_level
-from jaxkeras.graph.sparse import is_bcoo
+from jaxkeras._engine.graph.base import Node
+from jaxkeras._engine.graph.context import Context, active_context, at_top_level
+from jaxkeras._engine.graph.sparse import is_bcoo
+from jaxkeras._xla import siblings
 
 
 def topological_order(outputs: Sequence[Any], ctx: Context | None, memo: dict) -> list:

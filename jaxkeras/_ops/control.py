@@ -12,12 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkeras._engine.graph import op
+from jaxkeras._ops.common import (
+    TensorLike,
+)
 from jaxkeras.checks import (
     check_int,
-)
-from jaxkeras.graph import op
-from jaxkeras.ops_common import (
-    TensorLike,
 )
 from jaxkeras.tensors import int_shape, ndim
 

@@ -9,15 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxkeras._engine.graph import ARRAY_TYPE, Symbolic, is_bcoo, op
+from jaxkeras._ops.common import (
+    TensorLike,
+)
 from jaxkeras.checks import (
     check_dtype,
     check_numeric,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import ARRAY_TYPE, Symbolic, is_bcoo, op
-from jaxkeras.ops_common import (
-    TensorLike,
-)
 
 __all__ = [
     "abs",

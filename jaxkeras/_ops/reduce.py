@@ -9,20 +9,26 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras._engine.graph import ARRAY_TYPES, dtype_of, op
+from jaxkeras._ops.common import (
+    Axes,
+    TensorLike,
+    widened,
+)
+from jaxkeras._ops.math import cast
+from jaxkeras._xla.summation import (
+    exact_mean,
+    exact_sum,
+    exact_sums,
+    layout_free_mean,
+    layout_free_sum,
+)
 from jaxkeras.checks import (
     check_axes_of,
     check_axis_of,
     check_int,
 )
 from jaxkeras.config import floatx
-from jaxkeras.graph import ARRAY_TYPES, dtype_of, op
-from jaxkeras.ops_common import (
-    Axes,
-    TensorLike,
-    widened,
-)
-from jaxkeras.ops_math import cast
-from jaxkeras.summation import exact_mean, exact_sum, exact_sums, layout_free_mean, layout_free_sum
 from jaxkeras.tensors import int_shape, ndim
 
 __all__ = [
@@ -100,7 +106,7 @@ def sum(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
 
     A full sum of 2 to 4,096 float32/float64 values is the same for every layout of them
     (channels first or last) in all but rare cases; with
-    ``jaxkeras.summation.set_exact_sums(True)`` it is correctly rounded.
+    ``jaxkeras._xla.summation.set_exact_sums(True)`` it is correctly rounded.
 
     Args:
         x: a tensor or variable.
@@ -164,7 +170,7 @@ def mean(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike
 
     A full mean of 2 to 4,096 float32/float64 values is the same for every layout of them
     (channels first or last) in all but rare cases; with
-    ``jaxkeras.summation.set_exact_sums(True)`` it is correctly rounded.
+    ``jaxkeras._xla.summation.set_exact_sums(True)`` it is correctly rounded.
 
     Args:
         x: a tensor or variable.

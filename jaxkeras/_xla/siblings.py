@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxkeras.graph.base import Node
-from jaxkeras.graph.sparse import apply_op
+from jaxkeras._engine.graph.base import Node
+from jaxkeras._engine.graph.sparse import apply_op
 
 SplitRule = Callable[..., tuple[int, int, int] | None]
 """Called with an op's arguments: ``(position of the kernel among the positional arguments,

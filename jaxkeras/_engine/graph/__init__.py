@@ -12,6 +12,7 @@ Modules, lowest first (each imports only those before it):
 | --- | --- |
 | ``dtypes`` | dtype names |
 | ``runtime`` | the graph layer's global state objects and the store interface |
+| ``keys`` | random keys: the one derivation from seed and run |
 | ``context`` | evaluation contexts and state scopes' base |
 | ``sparse`` | applying an op body to values (sparse inputs, constant folding) |
 | ``base`` | the graph protocol every node implements |
@@ -22,21 +23,21 @@ Modules, lowest first (each imports only those before it):
 | ``grad`` | gradient nodes |
 """
 
-from jaxkeras.graph.base import ARRAY_TYPE, ARRAY_TYPES, Node, Subgraph, is_node, static_shape
-from jaxkeras.graph.context import (
-    Context,
-    active_context,
-    active_scope,
-    call_key,
-    derive_key,
-    eager_key,
-    node_key,
+from jaxkeras._engine.graph.base import (
+    ARRAY_TYPE,
+    ARRAY_TYPES,
+    Node,
+    Subgraph,
+    is_node,
+    static_shape,
 )
-from jaxkeras.graph.dtypes import dtype_of, standardize_dtype
-from jaxkeras.graph.grad import GradNode, gradient_nodes
-from jaxkeras.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
-from jaxkeras.graph.interpret import evaluate, evaluate_now, topological_order
-from jaxkeras.graph.nodes import (
+from jaxkeras._engine.graph.context import Context, active_context, active_scope
+from jaxkeras._engine.graph.dtypes import dtype_of, standardize_dtype
+from jaxkeras._engine.graph.grad import GradNode, gradient_nodes
+from jaxkeras._engine.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
+from jaxkeras._engine.graph.interpret import evaluate, evaluate_now, topological_order
+from jaxkeras._engine.graph.keys import call_key, derive_key, eager_key, node_key
+from jaxkeras._engine.graph.nodes import (
     ItemTensor,
     MultiOpTensor,
     OpTensor,
@@ -51,15 +52,15 @@ from jaxkeras.graph.nodes import (
     record,
     substituting,
 )
-from jaxkeras.graph.phase import LearningPhase, PhaseSwitch, reset_learning_phase
-from jaxkeras.graph.runtime import (
+from jaxkeras._engine.graph.phase import LearningPhase, PhaseSwitch, reset_learning_phase
+from jaxkeras._engine.graph.runtime import (
     DISTRIBUTION,
     PHASE,
     Distributor,
     StateSource,
     install_state_source,
 )
-from jaxkeras.graph.sparse import is_bcoo
+from jaxkeras._engine.graph.sparse import is_bcoo
 
 __all__ = [
     "ARRAY_TYPE",

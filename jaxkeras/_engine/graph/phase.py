@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jaxkeras.graph.base import Node, static_shape
-from jaxkeras.graph.context import Context
-from jaxkeras.graph.dtypes import dtype_of
-from jaxkeras.graph.nodes import Tensor
-from jaxkeras.graph.runtime import PHASE
+from jaxkeras._engine.graph.base import Node, static_shape
+from jaxkeras._engine.graph.context import Context
+from jaxkeras._engine.graph.dtypes import dtype_of
+from jaxkeras._engine.graph.nodes import Tensor
+from jaxkeras._engine.graph.runtime import PHASE
 
 
 class LearningPhase(Tensor):

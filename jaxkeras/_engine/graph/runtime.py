@@ -60,7 +60,9 @@ def state_source() -> StateSource:
         RuntimeError: if none was installed (jaxkeras.state was not imported).
     """
     if _Installed.source is None:
-        raise RuntimeError("no variable store is installed: import jaxkeras, not jaxkeras.graph")
+        raise RuntimeError(
+            "no variable store is installed: import jaxkeras, not jaxkeras._engine.graph"
+        )
     return _Installed.source
 
 
@@ -85,7 +87,7 @@ class _ThreadStacks(threading.local):
 
 class _Phase:
     """The learning phase set by ``set_learning_phase`` (``None``: unset, so graphs get the
-    placeholder) and the placeholder itself (made by :mod:`jaxkeras.graph.phase`)."""
+    placeholder) and the placeholder itself (made by :mod:`jaxkeras._engine.graph.phase`)."""
 
     def __init__(self) -> None:
         self.value: int | None = None

@@ -1,7 +1,7 @@
 """The graph protocol every symbolic value implements: static shape and dtype, inputs, compute.
 
 :class:`Node` is what the interpreter and shape inference see; the array-like surface users
-see (operators, indexing, conversion) is added by :class:`jaxkeras.graph.nodes.Symbolic`.
+see (operators, indexing, conversion) is added by :class:`jaxkeras._engine.graph.nodes.Symbolic`.
 """
 
 from __future__ import annotations
