@@ -133,8 +133,10 @@ def conv2d_rows(repeats: int, rng: np.random.Generator) -> list:
 
 def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
     """conv1d and conv3d: is im2col (or XLA's forward with matmul gradients) worth it there?
-    And few output filters (``'taps'``): from more input channels (where ``'auto'`` picks it
-    on CPU) and from fewer (where it does not)."""
+    Few output filters (``'taps'``): from more input channels (where ``'auto'`` picks it on
+    CPU) and from fewer (where it does not). And pointwise (1x1) convolutions, a ResNet
+    bottleneck's and a MobileNetV2 projection's, where ``'auto'`` picks im2col (one matmul)
+    on CPU."""
     cases = [
         ("conv1d 128x100x32->64 k3", K.conv1d, (BATCH, 100, 32), (3, 32, 64)),
         ("conv3d 8x16x16x16x8->16 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 16)),
@@ -143,6 +145,8 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
         ("conv2d 10x40x40x40->4 k3", K.conv2d, (10, 40, 40, 40), (3, 3, 40, 4)),
         ("conv2d 128x28x28x1->4 k3", K.conv2d, (BATCH, 28, 28, 1), (3, 3, 1, 4)),
         ("conv3d 8x16x16x16x8->4 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 4)),
+        ("conv2d 8x56x56x64->256 k1", K.conv2d, (8, 56, 56, 64), (1, 1, 64, 256)),
+        ("conv2d 16x8x8x144->32 k1", K.conv2d, (16, 8, 8, 144), (1, 1, 144, 32)),
     ]
     rows = []
     for label, op, x_shape, k_shape in cases:

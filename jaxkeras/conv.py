@@ -86,7 +86,9 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
         lowering,
         loop_conv_lowering(kernel.shape[-1], kernel.shape[-2])
         if in_loop_body()
-        else lowerings.conv_lowering("cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2]),
+        else lowerings.conv_lowering(
+            "cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2], kernel.shape[:-2]
+        ),
         (x, kernel),
         strides,
         pads,

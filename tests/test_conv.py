@@ -129,6 +129,11 @@ def test_conv_lowering_policy():
     assert few == ["im2col", "im2col", "taps", "taps"]
     assert conv_lowering.conv_lowering("cpu", 3, 4, 2) == "im2col"
     assert conv_lowering.conv_lowering("cpu", 2, 40, 40) == "lax"
+    # pointwise (1x1, 1, 1x1x1) kernels on CPU: one matmul, whatever the channel counts
+    for n in (1, 2, 3):
+        assert conv_lowering.conv_lowering("cpu", n, 64, 64, (1,) * n) == "im2col"
+    assert conv_lowering.conv_lowering("cpu", 2, 64, 64, (1, 3)) == "lax"
+    assert conv_lowering.conv_lowering("cuda", 2, 64, 64, (1, 1)) == "lax"
     platforms = ("cuda", "rocm", "tpu")
     choices = {
         conv_lowering.conv_lowering(p, n, f, 40)
@@ -210,8 +215,26 @@ def test_auto_conv_lowering_is_decided_per_platform(n):
     x, w = conv_inputs(n, "channels_last")
     for platform in ("cpu", "cuda", "tpu"):
         text = lowered_for(platform, lambda a: CONV_OPS[n](a, w, padding="same"), x)
-        chosen = conv_lowering.conv_lowering(platform, n, w.shape[-1], w.shape[-2])
+        chosen = conv_lowering.conv_lowering(platform, n, w.shape[-1], w.shape[-2], w.shape[:-2])
         assert ("convolution" in text) == (chosen == "lax"), platform
+
+
+@pytest.mark.parametrize("data_format", ["channels_last", "channels_first"])
+@pytest.mark.parametrize("strides", [1, 2])
+def test_auto_pointwise_conv2d_is_one_matmul_on_cpu_with_lax_gradients(data_format, strides):
+    x, _ = conv_inputs(2, data_format)
+    c_in = x.shape[-1] if data_format == "channels_last" else x.shape[1]
+    w = uniform(1, 1, c_in, 16)
+    fn = lambda a, k, low: K.conv2d(a, k, (strides,) * 2, "same", data_format, lowering=low)  # noqa: E731
+    text = lowered_for("cpu", lambda a: fn(a, w, "auto"), x)
+    assert "convolution" not in text and "dot_general" in text
+    assert "convolution" in lowered_for("cuda", lambda a: fn(a, w, "auto"), x)
+    y, back = jax.vjp(lambda a, k: fn(a, k, "auto"), x, w)
+    y_lax, back_lax = jax.vjp(lambda a, k: fn(a, k, "lax"), x, w)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_lax), rtol=1e-5, atol=1e-6)
+    ct = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
+    for got, want in zip(back(ct), back_lax(ct)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_auto_conv3d_with_few_filters_uses_taps_on_cpu():

@@ -54,7 +54,11 @@ when they have as few input channels; see :func:`conv_lowering`)."""
 
 
 def conv_lowering(
-    platform: str, n: int, filters: int | None = None, in_channels: int | None = None
+    platform: str,
+    n: int,
+    filters: int | None = None,
+    in_channels: int | None = None,
+    window: Sequence[int] | None = None,
 ) -> str:
     """The lowering ``lowering='auto'`` uses for an ``n``-D convolution on ``platform``.
 
@@ -77,12 +81,15 @@ def conv_lowering(
         n: the number of spatial dimensions.
         filters: the number of output filters; ``None`` means many.
         in_channels: the number of input channels; ``None`` means many.
+        window: the kernel's spatial sizes; ``None`` means larger than 1x1.
 
     Returns:
         ``'taps'``, ``'im2col'`` or ``'lax'``.
     """
     if platform != "cpu":
         return "lax"
+    if window is not None and all(size == 1 for size in window):
+        return "im2col"  # pointwise: a reshape and one matmul, whose gradients are matmuls
     if filters is not None and filters < FEW_FILTERS:
         return "taps" if in_channels is None or in_channels > filters else "im2col"
     return "im2col" if n == 3 else "lax"
