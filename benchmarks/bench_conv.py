@@ -47,7 +47,6 @@ import argparse
 import functools
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -57,7 +56,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import Row, interleaved, markdown_table, ratio_row, step_clock
+from common import Row, interleaved, json_of_process, markdown_table, ratio_row, step_clock
 from jax import lax
 
 import jaxkeras as K
@@ -414,11 +413,11 @@ def tf_keras_rows(repeats: int, times: dict, sums: dict) -> list[Row]:
         print(f"bench_conv: {python} is missing: no TF-Keras rows", file=sys.stderr)
         return []
     command = [str(python), __file__, "--side", "tf_keras", "--repeats", str(repeats)]
-    out = subprocess.run(command, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        print(f"bench_conv: TF-Keras failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+    try:
+        theirs = {int(k): v for k, v in json_of_process(command).items()}
+    except RuntimeError as err:
+        print(f"bench_conv: TF-Keras: {err}", file=sys.stderr)
         return []
-    theirs = {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
     chosen = conv_lowering.depthwise_lowering(jax.default_backend())
     rows = []
     for index, (label, name, *_) in enumerate(DEPTHWISE_CASES):

@@ -21,14 +21,13 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from common import Row, markdown_table, ratio_row
+from common import Row, json_of_process, markdown_table, ratio_row
 
 ROOT = Path(__file__).resolve().parent.parent
 EPOCHS = 6
@@ -170,17 +169,11 @@ def _side_in_subprocess(side: str, python: Path, args: list[str], env: dict) -> 
     if not python.exists():
         print(f"{side}: {python} is missing (make bench creates it)", file=sys.stderr)
         return None
-    out = subprocess.run(
-        [str(python), __file__, "--side", side, *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, **env),
-        check=False,
-    )
-    if out.returncode != 0:
-        print(f"{side} failed:\n{out.stderr[-3000:]}", file=sys.stderr)
+    try:
+        return json_of_process([python, __file__, "--side", side, *args], env)
+    except RuntimeError as err:
+        print(f"{side}: {err}", file=sys.stderr)
         return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main(quick: bool = False) -> list[Row]:

@@ -32,14 +32,13 @@ import itertools
 import json
 import operator
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import Row, interleaved, markdown_table, ratio_row, step_clock
+from common import Row, interleaved, json_of_process, markdown_table, ratio_row, step_clock
 
 import jaxkeras as K
 
@@ -293,14 +292,8 @@ print(json.dumps(time.perf_counter() - start))
 
 def _cold_draw_seconds(side: str) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXKERAS_")}
-    out = subprocess.run(
-        [sys.executable, "-c", _COLD_DRAWS, side, json.dumps(_WEIGHT_SHAPES)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    command = [sys.executable, "-c", _COLD_DRAWS, side, json.dumps(_WEIGHT_SHAPES)]
+    return json_of_process(command, base=env)
 
 
 def cold_weight_draws(rounds: int) -> Row:

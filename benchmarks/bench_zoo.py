@@ -9,8 +9,9 @@ takes the weights in layer order and predicts the same batch. Checked (an error 
   features) within ``1e-4`` relative (largest difference over the largest magnitude);
 - ``train_on_batch`` on one batch (SGD): every loss finite, and the last below the first
   wherever TF-Keras's is (at these tiny inputs the deepest models' losses need not fall on
-  either side: ResNet152V2's rise on both); the first loss (a forward pass in training mode, before any update) within ``1e-3`` relative of
-  TF-Keras's. Later losses are reported, not checked: at the smallest inputs the last
+  either side: ResNet152V2's end above where they start on both); the first loss (a forward
+  pass in training mode, before any update) within ``1e-3`` relative of TF-Keras's. Later
+  losses are reported, not checked: at the smallest inputs the last
   BatchNormalization layers normalize one value per sample (1x1), which makes a float32
   gradient only a few percent exact on either side (ResNet50V2 at batch 4: TF-Keras's and ours
   both 3-4% from a float64 gradient), so the trajectories part. A batch of 16 keeps them
@@ -37,7 +38,6 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_keras2 import _keras
-from common import Row, markdown_table, ratio_row
+from common import Row, json_of_process, markdown_table, ratio_row
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 16
@@ -182,16 +182,7 @@ def _side_in_subprocess(side: str, python: Path, args: list[str]) -> dict:
     """Runs one side in a fresh process; raises with its error output when it fails."""
     if not python.exists():
         raise RuntimeError(f"bench_zoo: {python} is missing (make bench creates it)")
-    out = subprocess.run(
-        [str(python), __file__, "--side", side, *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"bench_zoo: {side} {args} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json_of_process([python, __file__, "--side", side, *args], {"JAX_PLATFORMS": "cpu"})
 
 
 def _relative(a: np.ndarray, b: np.ndarray) -> float:

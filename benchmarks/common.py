@@ -9,8 +9,11 @@ the median with the minimum and maximum.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +126,45 @@ def interleaved(
                 fn()
             times[name].append((now() - start) / number / 1e9)
     return times
+
+
+def json_of_process(
+    command: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    base: Mapping[str, str] | None = None,
+    quiet: bool = True,
+) -> Any:
+    """Runs ``command`` in a fresh process and returns the JSON value its last output line holds.
+
+    A benchmark's other side (TF-Keras, Keras 2.3.1, a cold interpreter) runs this way, in its
+    own interpreter, and prints its results as one JSON line last.
+
+    Args:
+        command: the program and its arguments.
+        env: variables set over the environment ``base``.
+        base: the environment to start from (default: this process's).
+        quiet: capture the process's error output (shown only when it fails); ``False`` lets it
+            through, for progress messages.
+
+    Returns:
+        The parsed JSON value.
+
+    Raises:
+        RuntimeError: the process failed; the message ends with its last error output.
+    """
+    out = subprocess.run(
+        [str(part) for part in command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if quiet else None,
+        text=True,
+        env=dict(os.environ if base is None else base, **(env or {})),
+        check=False,
+    )
+    if out.returncode != 0:
+        tail = (out.stderr or "")[-3000:]
+        raise RuntimeError(f"{' '.join(map(str, command[:3]))} ... failed:\n{tail}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def on_cpu() -> bool:

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +28,7 @@ import bench_mixed
 import bench_multistep
 import bench_steps
 import jax
-from common import Row, markdown_table, time_text
+from common import Row, json_of_process, markdown_table, time_text
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,25 +36,9 @@ HERE = Path(__file__).resolve().parent
 def keras_fit_row(epochs: int) -> Row:
     """Keras 2.3.1's ``fit`` of the digits convnet on jaxkeras, in a fresh process: a later
     epoch's time over the first epoch's (build + compile + one epoch)."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "bench_keras2.py"),
-            "--side",
-            "jaxkeras",
-            "--epochs",
-            str(epochs),
-            "--steps",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, KERAS_BACKEND="jaxkeras"),
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"gpu_check: Keras fit failed:\n{out.stderr[-3000:]}")
-    convnet = json.loads(out.stdout.strip().splitlines()[-1])["convnet"]
+    command = [sys.executable, HERE / "bench_keras2.py", "--side", "jaxkeras"]
+    command += ["--epochs", str(epochs), "--steps", "0"]
+    convnet = json_of_process(command, {"KERAS_BACKEND": "jaxkeras"})["convnet"]
     later = sorted(convnet["epochs_s"][1:])[len(convnet["epochs_s"][1:]) // 2]
     return Row(
         figure="Keras 2.3.1 digits convnet `fit`: a later epoch vs the first (with its compile)",
