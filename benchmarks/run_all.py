@@ -4,6 +4,8 @@ Each benchmark module (``bench_*.py`` beside this file) plugs in through ``main(
 which returns a list of ``common.Row``; each runs in a fresh process (its own JAX start-up, so
 that no module's JAX flags or compiled state reach another). Every row is a ratio of jaxkeras
 against a reference measured in the same run (interleaved repetitions; median with min-max).
+The results file's hand-kept section ("## Design measurements (by hand)", at its end) is
+carried over unchanged.
 
 Run: ``python benchmarks/run_all.py [--quick] [--only NAME ...] [--output FILE]``
 (``make bench`` / ``make bench-quick``).
@@ -38,6 +40,9 @@ MODULES = [
     "bench_checkpoint",
     "bench_threads",
 ]
+HAND_KEPT = "## Design measurements (by hand)"
+"""The heading of the results file's hand-kept section: it and everything after it survive a
+rerun (see :func:`results_text`)."""
 
 
 def machine() -> str:
@@ -68,6 +73,21 @@ def commit() -> str:
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def results_text(generated: str, old: Path) -> str:
+    """``generated``, followed by the hand-kept section of the results file at ``old``: its
+    :data:`HAND_KEPT` heading line and everything after it, unchanged (nothing when the file
+    or the heading is missing)."""
+    try:
+        lines = old.read_text(encoding="utf-8").splitlines(keepends=True)
+    except OSError:
+        return generated
+    for i, line in enumerate(lines):
+        if line.rstrip() == HAND_KEPT:
+            kept = "".join(lines[i:])
+            return generated.rstrip("\n") + "\n\n" + kept.rstrip("\n") + "\n"
+    return generated
 
 
 def run_module(name: str, quick: bool) -> list[Row] | None:
@@ -117,7 +137,8 @@ def main() -> None:
     ]
     text = "\n".join(header) + "\n" + table + "\n"
     print(text)
-    Path(args.output).write_text(text, encoding="utf-8")
+    output = Path(args.output)
+    output.write_text(results_text(text, output), encoding="utf-8")
 
 
 if __name__ == "__main__":

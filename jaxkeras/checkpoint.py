@@ -20,12 +20,12 @@ path:
   ``jax.Array`` s of the store go to Orbax as they are; nothing is gathered), and a restore
   reads, for each variable, only the shards of the sharding it has now, so a checkpoint written
   on one mesh or device count restores onto another (8 devices onto 1, a ``(2, 4)`` mesh onto
-  ``(4, 2)``). Measured in a job of two processes, each holding half of 128 MiB of variables:
-  each wrote 62 MB; its resident memory peaked 91-97 MB above its level while saving and
-  17-60 MB while restoring, where gathering the variables whole (as a ``.npz`` save must)
-  peaked at 292-325 MB. A new save writes a new step, which Orbax finalizes by renaming its
-  temporary directory, and only then deletes the old one: a crash mid-save leaves the previous
-  checkpoint restorable.
+  ``(4, 2)``). Each process's resident memory grows with its own shards while saving and
+  restoring, far less than gathering the variables whole (as a ``.npz`` save must) costs it
+  (measured by hand in a job of two processes: ``benchmarks/RESULTS.md``, "Design
+  measurements (by hand)", "Orbax checkpoints"). A new save writes a new step, which Orbax
+  finalizes by renaming its temporary directory, and only then deletes the old one: a crash
+  mid-save leaves the previous checkpoint restorable.
 
 Why the ``.npz`` format stays: it needs nothing beyond NumPy, every tool can read it, and
 existing checkpoints keep loading; a single-process user gives up nothing with it. Choosing by
@@ -46,17 +46,14 @@ Both formats record the variables' names, dtypes and shapes; a restore checks th
 anything is written, and a mismatch raises ``ValueError`` naming every variable that is
 missing, extra, or of another shape or dtype, leaving the store unchanged.
 
-orbax-checkpoint is an extra (``pip install jaxkeras[orbax]``), not a dependency. Measured for
-orbax-checkpoint 0.12.8 on Python 3.11 (x86-64 Linux), it brings 15 packages that jaxkeras does
-not otherwise install (tensorstore, uvloop, protobuf, msgpack, PyYAML, fsspec, etils, ...):
-29.8 MB of wheels, 97.5 MB unpacked (tensorstore alone 68 MB), against 142 MB of wheels and
-546 MB unpacked for jaxkeras' own dependencies (+21% and +18%); ``import orbax.checkpoint``
-takes 0.34 s after ``import jax``, 0.23 s after ``import jaxkeras`` and 1.24 s in a fresh
-process (medians of 3 fresh processes on a loaded 2-core machine, where ``import jaxkeras``
-takes 1.44 s). The ``.npz`` format covers the single-process case without it. Nothing here
-imports Orbax until a directory checkpoint or a :class:`CheckpointManager` is used
-(``import jaxkeras`` never does); without it those raise ``ImportError`` naming
-``pip install jaxkeras[orbax]``.
+orbax-checkpoint is an extra (``pip install jaxkeras[orbax]``), not a dependency: it brings
+packages that jaxkeras does not otherwise install (tensorstore, uvloop, protobuf, msgpack,
+PyYAML, fsspec, etils, ...), adding markedly to an install's size and to the import time
+(measured by hand for orbax-checkpoint 0.12.8: ``benchmarks/RESULTS.md``, "Design
+measurements (by hand)", "Orbax checkpoints"). The ``.npz`` format covers the single-process
+case without it. Nothing here imports Orbax until a directory checkpoint or a
+:class:`CheckpointManager` is used (``import jaxkeras`` never does); without it those raise
+``ImportError`` naming ``pip install jaxkeras[orbax]``.
 
 Every process of a multi-process job must make the same calls (saving and restoring are
 collective), on a directory they all see (a shared file system). The JSON meta, and the

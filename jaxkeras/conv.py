@@ -163,8 +163,9 @@ def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_forma
 
 
 # XLA:CPU runs these (and their gradients) inside a compiled loop several times slower than
-# unrolled: rnn unrolls short loops whose step runs one (see rnn._scan). Plain convolutions
-# choose lowerings with matmul gradients there instead (see loop_conv_lowering).
+# unrolled (https://github.com/jax-ml/jax/issues/12868, open): rnn unrolls short loops whose
+# step runs one (see rnn._scan). Plain convolutions choose lowerings with matmul gradients
+# there instead (see loop_conv_lowering).
 for _body in (_depthwise, _separable_conv.pure, _conv_transpose.pure):
     _body.slow_in_cpu_loops = True
 

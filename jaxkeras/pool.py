@@ -42,7 +42,11 @@ def pool_lowering(platform: str) -> str:
     """The lowering ``lowering='auto'`` uses for tiling windows on ``platform``.
 
     Measured by ``benchmarks/bench_conv.py``: on CPU the reshape lowering's backward pass is
-    several times faster than XLA's select-and-scatter; accelerators keep ``reduce_window``.
+    several times faster than XLA's select-and-scatter, its forward as fast
+    (``benchmarks/RESULTS.md``, rows "pool2d max 2x2/2 ...: reshape vs lax"; in a convnet's
+    train step, rows "convnet SGD step train step ...: reshape pool vs lax"); accelerators
+    keep ``reduce_window``. No upstream issue found for XLA:CPU's select-and-scatter speed
+    (checked 2026-11-27).
 
     Args:
         platform: a JAX platform name (``'cpu'``, ``'cuda'``, ``'rocm'``, ``'tpu'``, ...).

@@ -94,7 +94,7 @@ class StepGraph(graph.Subgraph):
         captured: the outside values the body uses; pass their values to :meth:`run`.
         slow_in_cpu_loops: whether the body runs an op that XLA:CPU runs much slower inside a
             compiled loop than unrolled (depthwise, separable and transposed convolutions,
-            whose op bodies are marked so).
+            whose op bodies are marked so; jax-ml/jax#12868, open).
         uses_learning_phase: whether the body depends on the learning phase.
     """
 
@@ -270,14 +270,15 @@ def _saving_dots(body: Callable) -> Callable:
     matrix products and convolutions (more than :data:`_SHALLOW_DEPTH` terms per element), and
     the carry: everything else the backward pass needs is recomputed from them.
 
-    Without it the loop stacks every step's intermediate values, among them the im2col patches
-    of a ConvLSTM's convolutions (``k^2`` times their input's size: ~350 MB zero-initialised,
-    written and sliced per training step at the conv_lstm example's sizes); recomputing the
-    patches and the gates' elementwise work costs less than storing them (that example's
-    training step: 0.64x CPU time, 0.56-0.79x over 5 interleaved rounds). Shallow products,
-    such as the input convolution of a ConvLSTM on one channel (9 terms) or an LSTM's input
-    projection, are recomputed too: that example's stacked values shrink from 540 MB to 390 MB
-    (0.91x CPU time over 3 interleaved rounds).
+    Without it the loop stacks every step's intermediate values (JAX's reverse mode of a scan
+    saves them all unless the body is checkpointed: jax-ml/jax#3186, closed, where
+    ``jax.checkpoint`` is the answer), among them the im2col patches of a ConvLSTM's
+    convolutions (``k^2`` times their input's size, zero-initialised, written and sliced per
+    training step); recomputing the patches and the gates' elementwise work costs less than
+    storing them. Shallow products, such as the input convolution of a ConvLSTM on one
+    channel (9 terms) or an LSTM's input projection, are recomputed too, and the stacked
+    values shrink further. Measured by hand on the conv_lstm example's training step:
+    ``benchmarks/RESULTS.md``, "Design measurements (by hand)", "ConvLSTM loops (rnn)".
 
     Args:
         body: a ``lax.scan`` body ``(carry, x) -> (carry, y)``.
@@ -313,16 +314,18 @@ def _deep_products(prim: Any, *args: Any, **params: Any) -> bool:
 
 def _scan(body: Callable, carry: Any, xs: Any, steps: int, slow_in_cpu_loops: bool) -> Any:
     """``lax.scan``, fully unrolled on CPU when the body runs an op that XLA:CPU runs much
-    slower inside a compiled loop (depthwise, separable and transposed convolutions) and the
-    loop is short; other platforms keep the loop.
+    slower inside a compiled loop (depthwise, separable and transposed convolutions:
+    jax-ml/jax#12868, open, "Convolution is significantly slower inside a loop body (CPU)")
+    and the loop is short; other platforms keep the loop.
 
     The loop's body is traced inside :func:`~jaxkeras._ops.spatial.loop_body`, where plain
     convolutions with ``lowering='auto'`` choose lowerings with matmul gradients on CPU (see
     ``jaxkeras._xla.conv_lowering.loop_conv_lowering``), so a ConvLSTM keeps its loop: unrolled,
-    XLA fuses the cell state's chain into every later step's consumers (the conv_lstm example's
-    training step:
-    7.9 s CPU unrolled with XLA's convolutions vs 3.8 s kept as a loop with matmuls, 2.8 s
-    when its gradient also recomputes what it used to stack: :func:`_saving_dots`).
+    XLA fuses the cell state's chain into every later step's consumers, and the conv_lstm
+    example's training step ran far longer unrolled with XLA's convolutions than kept as a
+    loop with matmuls, which is quicker still when its gradient also recomputes what it
+    used to stack (:func:`_saving_dots`). Measured by hand: ``benchmarks/RESULTS.md``, "Design
+    measurements (by hand)", "ConvLSTM loops (rnn)".
     """
     if not slow_in_cpu_loops or steps > _MAX_UNROLLED_STEPS:
         with loop_body():

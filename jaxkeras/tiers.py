@@ -2,8 +2,9 @@
 
 On CPU, ``K.function`` compiles with options that make XLA compile quickly (its classic fusion
 emitters, LLVM's optimization level 1, as many LLVM modules as cores; see
-:func:`jaxkeras._xla.options.compiler_options`), which costs some speed in the compiled fusions: an
-MLP's train step runs about 1.2x as long as with XLA's defaults. With tiered compilation (on
+:func:`jaxkeras._xla.options.compiler_options`), which costs some speed in the compiled fusions
+(an MLP's train step, measured by hand: ``benchmarks/RESULTS.md``, "Design measurements (by
+hand)", "tiered compilation"). With tiered compilation (on
 by default), a function's first compile is the quick one; once it has been called
 :data:`CALLS_BEFORE_OPTIMIZING` times (so that a short run, a notebook cell, a first epoch of
 a few dozen batches, pays nothing more), a background thread compiles the same program again

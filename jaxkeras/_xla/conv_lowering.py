@@ -11,17 +11,19 @@ convolution or ``'taps'`` (a sum of the input's shifted slices times each window
 per-channel filters), chosen by :func:`depthwise_lowering`.
 
 Every choice other than XLA's own is a workaround for XLA:CPU, measured in
-``benchmarks/bench_conv.py`` (``benchmarks/RESULTS.md``, the conv rows); each chooser names the
-upstream issue it works around. Other platforms get XLA's convolutions.
+``benchmarks/bench_conv.py`` (``benchmarks/RESULTS.md``, the conv rows) or by hand
+(``benchmarks/RESULTS.md``, "Design measurements (by hand)"); each chooser names the upstream
+issue it works around and the rows that measure it. Other platforms get XLA's convolutions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -62,17 +64,29 @@ def conv_lowering(
 ) -> str:
     """The lowering ``lowering='auto'`` uses for an ``n``-D convolution on ``platform``.
 
-    Measured by ``benchmarks/bench_conv.py`` on CPU (forward and forward+backward):
+    Measured by ``benchmarks/bench_conv.py`` on CPU, forward and forward+backward
+    (``benchmarks/RESULTS.md``, the rows named below):
 
+    - pointwise (1x1) kernels: ``'im2col'``, which is a reshape (a strided slice when
+      strided) and one matmul, so both gradients are matmuls too, where XLA:CPU computes the
+      kernel gradient as a convolution over the batch (rows "conv2d 8x56x56x64->256 k1" and
+      "conv2d 16x8x8x144->32 k1", a ResNet bottleneck's and a MobileNetV2 projection's; no
+      upstream issue found, checked 2026-11-27).
     - few output filters (< ``FEW_FILTERS``) from more input channels: ``'taps'``, which
       copies only ``k^n * filters`` channels and whose gradients are matmuls, where XLA's
-      kernel gradient is not (the conv_lstm example's 40 -> 1 Conv3D: 0.08x the time of
-      ``'lax'`` forward+backward; 40 -> 1 or 4 in 2-D, 32 -> 4 in 1-D, 8 -> 4 in 3-D:
-      0.4-0.7x). From as few input channels (1 -> 4 in 2-D) its gradient is the slower
-      (1.3x) and im2col's patches are narrow: ``'im2col'`` (0.6x).
-    - otherwise XLA's own convolution for 1-D and 2-D (im2col's patch copy costs more than it
-      saves; 0.25-0.5x forward on a small convnet's layers), im2col + matmul for 3-D (0.75x
-      forward+backward, 8 -> 16 filters).
+      kernel gradient is not (the conv_lstm example's 40 -> 1 Conv3D: row "``K.conv3d``
+      fwd+bwd (10, 15, 40, 40, 40) -> 1 filter, 3x3x3: 'auto' vs 'lax'"; rows "conv1d
+      128x100x32->4", "conv2d 10x40x40x40->1", "conv2d 10x40x40x40->4" and "conv3d
+      8x16x16x16x8->4", taps vs lax). From as few input channels its gradient is the slower
+      and im2col's patches are narrow: ``'im2col'`` (rows "conv2d 128x28x28x1->4").
+    - otherwise XLA's own convolution for 1-D and 2-D, where im2col's patch copy costs more
+      than it saves (rows "conv2d B=128 ...: im2col vs lax" and "conv1d 128x100x32->64"), and
+      im2col + matmul for 3-D (rows "conv3d 8x16x16x16x8->16").
+
+    Upstream: jax-ml/jax#31662 (open; openxla/xla#34273) reports the gradient of a 3-D
+    (transposed) convolution between many channels and one many times slower than PyTorch's,
+    the conv_lstm example's Conv3D case; no issue found for the 1-D and 2-D cases (checked
+    2026-11-27).
 
     Accelerators keep XLA's convolution.
 
@@ -99,14 +113,17 @@ def loop_conv_lowering(filters: int | None, in_channels: int | None) -> str:
     """The lowering ``lowering='auto'`` uses on CPU inside a compiled loop's body.
 
     XLA:CPU runs its own convolution's gradients inside a compiled loop many times slower
-    than outside, and fully unrolling the loop instead lets XLA fuse each step's elementwise
+    than outside (jax-ml/jax#12868, open: "Convolution is significantly slower inside a loop
+    body (CPU)"), and fully unrolling the loop instead lets XLA fuse each step's elementwise
     work into later steps' (a ConvLSTM's cell state chain recomputed once per consumer), so
     in loops the gradients are matmuls: taps to fewer filters than input channels, otherwise
     XLA's convolution forward with matmul gradients (``'lax_im2col'``), which writes no
-    patches in the forward pass. At the conv_lstm example's sizes (40 filters, 15 frames of
-    40x40, batch 10) its training step took 1.69 s on one core vs 1.79 s with ``'im2col'``
-    (medians of 16 steps in 4 interleaved rounds); taps took 1.95x im2col's time since
-    ``rnn`` recomputes the patches in the gradient (batch 4 of 15 24x24 frames).
+    patches in the forward pass. At the conv_lstm example's sizes its training step is the
+    quicker with ``'lax_im2col'`` than with ``'im2col'``, and the slower with taps, since
+    ``rnn`` recomputes the patches in the gradient (measured by hand:
+    ``benchmarks/RESULTS.md``, "Design measurements (by hand)", "convolutions in compiled
+    loops"; the whole step against TF-Keras: row "Keras 2.3.1 ``ConvLSTM2D``(40) + BatchNorm
+    + Conv3D train step").
 
     Args:
         filters: the number of output filters; ``None`` means many.
@@ -138,7 +155,8 @@ def _contract_channels(x: Any, matrix: Any, c_axis: int) -> Any:
     Channels last, ``x`` multiplies as one ``(positions, channels)`` matrix: the gradient with
     respect to ``matrix`` is then a transposed-lhs matrix product, where a product over the
     batch and spatial axes unflattened made XLA:CPU copy the whole cotangent transposed first
-    (2 ms per step of a ConvLSTM's recurrent convolution at the conv_lstm example's sizes).
+    (measurable per step of a ConvLSTM's recurrent convolution: ``benchmarks/RESULTS.md``,
+    "Design measurements (by hand)", "convolutions in compiled loops").
 
     Args:
         x: an array with its channels on ``c_axis``.
@@ -241,9 +259,10 @@ def _lax_im2col_conv(x, kernel, strides, pads, dilation, data_format):
 _PATCH_CHANNELS = 8
 """The most input channels for which ``'lax_im2col'``'s kernel gradient multiplies the input's
 patches by the cotangent; with more, it multiplies each window offset's slice of the input by
-the cotangent instead (:func:`_offsets_conv`), writing no patches. Patches vs offset slices
-per step of a compiled loop on one core, 10x40x40 positions to 160 channels: 0.7 vs 1.8 ms
-from 1 input channel, 4.9 vs 4.7 ms from 8, 10.7 vs 9.2 ms from 16, 29.3 vs 26.4 ms from 40."""
+the cotangent instead (:func:`_offsets_conv`), writing no patches. Per step of a compiled
+loop, patches are the quicker from one input channel and offset slices from 16 and 40, the
+two about even at 8 (measured by hand: ``benchmarks/RESULTS.md``, "Design measurements (by
+hand)", "convolutions in compiled loops")."""
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
@@ -252,26 +271,47 @@ def _lax_im2col(x, kernel, strides, pads, dilation, data_format):
     reverse mode gets matmul gradients: the cotangent times the kernel for the input (then
     col2im, as :func:`_im2col_conv`), and the input's patches or offset slices times the
     cotangent for the kernel (see :data:`_PATCH_CHANNELS`). XLA:CPU runs its own convolution
-    forward without writing patches out (a ConvLSTM's 40 -> 160 channels at batch 10 of 40x40:
-    18 ms vs im2col's 43 ms on one core), but runs its own kernel gradient many times slower
-    inside a compiled loop."""
+    forward without writing patches out (a ConvLSTM's 40 -> 160 channels in well under
+    im2col's time: ``benchmarks/RESULTS.md``, "Design measurements (by hand)", "convolutions
+    in compiled loops"), but runs its own kernel gradient many times slower inside a compiled
+    loop (jax-ml/jax#12868, open)."""
     return _lax_conv(x, kernel, strides, pads, dilation, data_format)
 
 
-def _lax_im2col_jvp(strides, pads, dilation, data_format, primals, tangents):
+def _bilinear_jvp(
+    primal: Callable,
+    by_input: Callable,
+    by_kernel: Callable,
+    args: tuple,
+    primals: tuple,
+    tangents: tuple,
+    products: Callable = contextlib.nullcontext,
+) -> tuple:
+    """The JVP of a convolution, which is bilinear in its input and kernel: the primal
+    ``primal(x, kernel)``, the tangent ``by_input(dx, kernel) + by_kernel(x, dkernel)``
+    (a symbolic-zero tangent's term left out), each called with ``args`` after the two arrays
+    and the tangent terms computed inside ``products()``."""
     (x, kernel), (dx, dkernel) = primals, tangents
-    args = (strides, pads, dilation, data_format)
-    # the primal as a convolution in the trace, not a call of _lax_im2col: rnn's checkpoint
-    # policy sees it, and saves it rather than recomputing it in a loop's backward pass
-    y = _lax_conv(x, kernel, *args)
+    y = primal(x, kernel, *args)
     terms = []
-    with transposable_products():  # tangents: JAX transposes them
+    with products():
         if type(dx) is not SymbolicZero:
-            terms.append(_im2col_conv(dx, kernel, *args))
+            terms.append(by_input(dx, kernel, *args))
         if type(dkernel) is not SymbolicZero:
-            by_offsets = kernel.shape[-2] > _PATCH_CHANNELS  # input channels
-            terms.append((_offsets_conv if by_offsets else _im2col_conv)(x, dkernel, *args))
+            terms.append(by_kernel(x, dkernel, *args))
     return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
+
+
+def _lax_im2col_jvp(strides, pads, dilation, data_format, primals, tangents):
+    # the primal as a convolution in the trace, not a call of _lax_im2col: rnn's checkpoint
+    # policy sees it, and saves it rather than recomputing it in a loop's backward pass.
+    # The tangents' products are transposable (JAX transposes them).
+    by_offsets = primals[1].shape[-2] > _PATCH_CHANNELS  # input channels
+    by_kernel = _offsets_conv if by_offsets else _im2col_conv
+    args = (strides, pads, dilation, data_format)
+    return _bilinear_jvp(
+        _lax_conv, _im2col_conv, by_kernel, args, primals, tangents, transposable_products
+    )
 
 
 _lax_im2col.defjvp(_lax_im2col_jvp, symbolic_zeros=True)
@@ -297,11 +337,14 @@ def depthwise_lowering(platform: str) -> str:
     at :func:`_taps_depthwise_sum`). ``'taps'`` needs no convolution: each window offset
     multiplies the input's strided slice by its per-channel filters, and the gradients are
     elementwise products and sums too; a separable convolution's pointwise step is then one
-    matmul, whose gradients XLA:CPU runs faster than its 1x1 convolution's.
-    ``benchmarks/bench_conv.py`` measures ``'taps'`` the faster forward and forward+backward at
-    every depthwise and separable layer it tries (MobileNet, MobileNetV2 and Xception sizes,
-    strides 1 and 2, multipliers 1 and 2, 1-D and 2-D); the figures are in
-    ``benchmarks/RESULTS.md``.
+    matmul, whose gradients XLA:CPU runs faster than its 1x1 convolution's. This works around
+    jax-ml/jax#13800 (open: "Slow conv_general_dilated backward pass for feature_group_count
+    != 1", reported on GPU). ``benchmarks/bench_conv.py`` measures ``'taps'`` the faster
+    forward and forward+backward at every depthwise and separable layer it tries (MobileNet,
+    MobileNetV2 and Xception sizes, strides 1 and 2, multipliers 1 and 2, 1-D and 2-D):
+    ``benchmarks/RESULTS.md``, rows "depthwise ``K.depthwise_conv2d`` ...: taps vs lax" and
+    "depthwise ``K.separable_conv...``: taps vs lax"; against TF-Keras, rows "... fwd+bwd:
+    'auto' vs TF-Keras".
 
     Accelerators keep XLA's grouped convolution (cuDNN has depthwise kernels).
 
@@ -410,16 +453,10 @@ def _taps_depthwise_sum(x, kernel, strides, pads, dilation, data_format):
 
 
 def _taps_depthwise_jvp(strides, pads, dilation, data_format, primals, tangents):
-    (x, kernel), (dx, dkernel) = primals, tangents
+    unstrided = all(s == 1 for s in strides)
+    by_kernel = _taps_of_scaled_input if unstrided else _taps_of_slices
     args = (strides, pads, dilation, data_format)
-    y = _taps_of_slices(x, kernel, *args)
-    terms = []
-    if type(dx) is not SymbolicZero:
-        terms.append(_taps_of_slices(dx, kernel, *args))
-    if type(dkernel) is not SymbolicZero:
-        unstrided = all(s == 1 for s in strides)
-        terms.append((_taps_of_scaled_input if unstrided else _taps_of_slices)(x, dkernel, *args))
-    return y, functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y)
+    return _bilinear_jvp(_taps_of_slices, _taps_of_slices, by_kernel, args, primals, tangents)
 
 
 _taps_depthwise_sum.defjvp(_taps_depthwise_jvp, symbolic_zeros=True)
@@ -433,15 +470,20 @@ def transpose_lowering(platform: str, in_sizes: Sequence[int], out_sizes: Sequen
 
     XLA's transposed convolution runs over the output's positions, the input dilated by the
     strides and padded by the window: it multiplies zeros wherever the output has more
-    positions than the input. ``'col2im'`` runs over the input's positions (one matmul to every
-    window offset's output channels, then each offset's slice added at its place), so on CPU it
-    takes over once the output has at least twice the input's positions. Measured on CPU,
-    forward / forward+backward against ``'lax'``, batch 100 unless said: Keras's mnist_acgan
-    generator, 3x3x384 -> 7x7x192 (stride 1, ``'valid'``, 5x5): 0.04x / 0.10x; 7x7x192 ->
-    14x14x96 (stride 2): 0.91x / 0.33x; 14x14x96 -> 28x28x1: 0.7x / 0.55x; batch 128 of
-    4x4x512 -> 8x8x256 (4x4): 0.85x / 0.08x; batch 16 of 8x8x8x16 -> 16x16x16x8: 0.02x / 0.23x.
-    With as many positions out as in (stride 1, ``'same'``), XLA's convolution wastes nothing
-    and is the faster (batch 32 of 16x16x256 -> 256, 3x3: ``'col2im'`` 1.7x / 1.5x).
+    positions than the input, and XLA:CPU runs it far slower than a plain convolution of the
+    same sizes (jax-ml/jax#23783, open: "Slow transpose convolutions (both cpu and cuda
+    backends)"; in 3-D and through its gradient jax-ml/jax#31662, open, and openxla/xla#34273).
+    ``'col2im'`` runs over the input's positions (one matmul to every window offset's output
+    channels, then each offset's slice added at its place), so on CPU it takes over once the
+    output has at least twice the input's positions. Measured by ``benchmarks/bench_conv.py``
+    (Keras's mnist_acgan generator's layers among them): ``benchmarks/RESULTS.md``, rows
+    "transposed conv2d 100x3x3x384->7x7x192", "transposed conv2d 100x7x7x192->14x14x96",
+    "transposed conv2d 100x14x14x96->28x28x1" and "transposed conv3d 16x8x8x8x16->16^3x8"
+    (col2im vs lax); one more layer by hand ("Design measurements (by hand)", "transposed
+    convolutions"). With as many positions out as in (stride 1, ``'same'``), XLA's
+    convolution multiplies no zeros and is the faster forward, so it stays (row "transposed
+    conv2d 32x16x16x256->16x16x256", where the recorded run has col2im the faster
+    forward+backward).
 
     Accelerators keep XLA's transposed convolution.
 

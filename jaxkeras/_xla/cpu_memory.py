@@ -3,8 +3,10 @@
 XLA:CPU allocates a compiled call's temporaries as one block with ``malloc`` when the call
 starts, on the thread that runs the call, and frees it when the call ends. glibc's ``malloc``
 serves a block over 32 MiB with a fresh ``mmap`` and unmaps it on ``free``, so every call
-touches all of its temporaries anew: one page fault per 4 KiB (the conv_lstm example's train
-step: 375 MB, 95,000 faults per call; ResNet20's: 21,000).
+touches all of its temporaries anew: one page fault per 4 KiB (counted by hand for the
+conv_lstm example's and ResNet20's train steps: ``benchmarks/RESULTS.md``, "Design
+measurements (by hand)", "CPU memory reuse"). No upstream issue found for XLA:CPU's
+allocation of a call's temporaries (checked 2026-11-27).
 
 :func:`reuse_cpu_memory` (opt-in, see :mod:`jaxkeras.process`) changes three things so that a
 freed block is reused by the next call, without faults, as TensorFlow's allocator does:
@@ -20,14 +22,17 @@ freed block is reused by the next call, without faults, as TensorFlow's allocato
 - ``K.function`` hands XLA each NumPy feed over 100 KiB 64-byte aligned
   (:func:`borrowable`), so that XLA reads it where it is instead of copying it on a worker
   thread: a call whose argument is still being copied waits for the copy and runs there.
-  This part changes nothing outside jaxkeras and is always on.
+  This part changes nothing outside jaxkeras and is always on. (Zero-copy of aligned host
+  arrays on CPU is JAX's intended behaviour: jax-ml/jax#4486, closed.)
 
 The first two are process-wide (every NumPy array and every ``jax.jit`` of the program is
 affected), so they are off unless asked for: ``JAXKERAS_REUSE_CPU_MEMORY=1``, keras.json's
 ``"reuse_cpu_memory": true``, or ``jaxkeras.process.reuse_cpu_memory()``.
 
-Measured in one session (Keras 2.3.1's examples, train step, CPU time): conv_lstm 1.80 s ->
-1.63 s (TF-Keras 1.58 s), cifar10_cnn 90 -> 68 ms, ResNet20 215 -> 163 ms.
+Measured: ``benchmarks/RESULTS.md``, row "same, jaxkeras with ``JAXKERAS_REUSE_CPU_MEMORY=1``"
+(the conv_lstm example's train step, reuse on, against TF-Keras; the row above it is reuse
+off), and by hand when written ("Design measurements (by hand)", "CPU memory reuse": the
+conv_lstm, cifar10_cnn and ResNet20 train steps, reuse on and off).
 
 The cost is memory: the process keeps what it frees. A freed block stays resident until the
 process allocates again (from it), instead of going back to the system, within
@@ -60,7 +65,8 @@ REUSE_KEY = "reuse_cpu_memory"
 """keras.json key: ``true`` asks for memory reuse."""
 KEEP_BYTES = 2**30
 """How much freed memory glibc keeps at the top of its heap: 1 GiB, over the temporaries of a
-CPU train step of a Keras-sized model (the conv_lstm example's: 375 MB)."""
+CPU train step of a Keras-sized model (the conv_lstm example's: ``benchmarks/RESULTS.md``,
+"Design measurements (by hand)", "CPU memory reuse")."""
 BORROWED_BYTES = 100 * 2**10
 """XLA:CPU copies a host array of up to 100 KiB that it cannot borrow at once, on the calling
 thread; a larger one on a worker thread."""

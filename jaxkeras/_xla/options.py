@@ -28,14 +28,17 @@ CPU_LIBRARY_FLAG = "xla_cpu_experimental_ynn_fusion_type"
 matrix products each (an unknown name makes every compile fail: probed, see accepted_options)."""
 
 CPU_LIBRARY_OPS = "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
-"""What K.function hands YNNPACK: reductions and matrix products, not convolutions."""
+"""What K.function hands YNNPACK: reductions and matrix products, not convolutions (XLA's own
+convolution kernels are the faster at Keras convnets' channel counts; see
+:func:`compiler_options`). No upstream issue found (checked 2026-11-27)."""
 
 CPU_PASSES_FLAG = "xla_disable_hlo_passes"
 """The XLA passes a compile skips (XLA's default: none)."""
 
 CPU_SKIPPED_PASSES = "tree_reduction_rewriter"
 """What K.function skips: the pass that splits a large reduction into a reduce-window and a
-reduce before YNNPACK is offered it."""
+reduce before YNNPACK is offered it (see :func:`compiler_options`). No upstream issue found
+(checked 2026-11-27)."""
 
 
 def _cores() -> int:
@@ -46,7 +49,8 @@ def _cores() -> int:
 
 
 def cpu_options() -> dict[str, Any]:
-    """The options ``K.function`` compiles with on CPU, unless ``XLA_FLAGS`` names them.
+    """The options ``K.function`` compiles with on CPU, unless ``XLA_FLAGS`` names them (why
+    each: :func:`compiler_options`).
 
     Returns:
         A dict from XLA option names to values.
@@ -64,33 +68,39 @@ def compiler_options() -> dict[str, Any] | None:
     """XLA options for the functions ``K.function`` compiles on the default backend.
 
     On CPU, convolutions run in XLA's own (Eigen) kernels rather than YNNPACK's, which are
-    slower at the channel counts of most Keras convnets: Keras's cifar10_cnn example's train
-    step (batch 32) took 49-60 ms instead of 69-86 ms wall-clock (90-109 ms of CPU time instead
-    of 102-126 ms), its cifar10_resnet's ResNet20 122-126 ms instead of 151 ms (CPU time
-    within 3%), and the conv_lstm example's step as long (three interleaved rounds of each).
+    slower at the channel counts of most Keras convnets (the train steps of Keras's
+    cifar10_cnn and cifar10_resnet examples; the conv_lstm example's is as long either way).
     YNNPACK keeps the reductions and matrix products, where it is the faster, and is offered
     every reduction whole: XLA's tree-reduction rewrite, which would split a large one into a
     reduce-window and a reduce first, is skipped. Split, a reduction whose operand XLA
     transposes stays XLA's own, and its reduce-window reads with a large stride: the
     gradient of BatchNormalization after a ConvLSTM2D (the RNN's outputs are time-major, their
-    cotangent batch-major) took 27 ms of the conv_lstm example's train step instead of 5 ms;
-    ``sum(x.T * 2, axis=1)`` of a 4000x2500 array 24 ms instead of 7 ms. Reductions YNNPACK
-    takes anyway compute the same; of those it does not, some get faster (a product along 2,500
-    elements, 66 -> 38 ms), some slower (an int32 minimum along 4,000, 14 -> 19 ms), and all
-    are as exact (float32 sums of up to 8 million elements within 3e-7 of float64's).
+    cotangent batch-major) took several times as long in the conv_lstm example's train step,
+    as did ``sum(x.T * 2, axis=1)`` of a large array. Reductions YNNPACK takes anyway compute
+    the same; of those it does not, some get faster (a product), some slower (an int32
+    minimum), and all are as exact. Measured by hand when chosen: ``benchmarks/RESULTS.md``,
+    "Design measurements (by hand)", group "XLA:CPU options". No upstream issue found for
+    either choice (checked 2026-11-27).
 
-    Three more options make compiling quicker and leave the compiled code as fast
-    (``benchmarks/bench_keras2.py``, ``benchmarks/bench_lstm.py``):
+    Three more options make compiling quicker at a small cost in the compiled fusions' speed,
+    which tiered compilation wins back (:mod:`jaxkeras.tiers` drops these three once a
+    function has been called a while):
 
-    - XLA's classic fusion emitters, not the MLIR ones it uses by default: they compile in
-      about half the time (Keras's digits convnet train step: 0.53 s vs 0.86 s).
-    - LLVM's optimization level 1 for the fusions, not XLA's default 3: the convnet step
-      compiles in 0.39 s instead of 0.44 s. The heavy ops (matrix products, convolutions) are
-      library calls that no level changes, and the fusions' loops are vectorized at level 1
-      too; level 0 would compile in 0.13 s but run the step 4x slower.
+    - XLA's classic fusion emitters, not the MLIR ones it uses by default: they compile
+      markedly quicker.
+    - LLVM's optimization level 1 for the fusions, not XLA's default 3. The heavy ops (matrix
+      products, convolutions) are library calls that no level changes, and the fusions' loops
+      are vectorized at level 1 too; level 0 would compile quicker still but run a convnet's
+      step several times slower.
     - The fusions' code split into as many LLVM modules as there are cores (at most XLA's
       32): each module costs a few milliseconds of its own, and more modules than cores
-      compile no sooner. On 2 cores the convnet step compiles in 0.29 s instead of 0.32 s.
+      compile no sooner.
+
+    Measured by hand on Keras's digits convnet train step: ``benchmarks/RESULTS.md``, "Design
+    measurements (by hand)", group "compile-time options"; a whole cold start is the rows
+    "digits convnet: build + compile + first epoch, cold" and "digits lstm: ..., cold"
+    (``benchmarks/bench_keras2.py``). No upstream issue found for XLA:CPU's compile time at
+    these sizes (checked 2026-11-27).
 
     A program whose ``XLA_FLAGS`` sets any of these five options keeps its choice for that
     one; other backends get no options. Some of these options are experimental and may be

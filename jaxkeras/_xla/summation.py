@@ -15,21 +15,21 @@ first or last) can sum to results a few ulps apart: Keras's channels-first cross
 - With :func:`set_exact_sums` (or ``JAXKERAS_EXACT_SUMS=1`` at import), :func:`exact_sum` and
   :func:`exact_mean` for vectors too: a pairwise sum carrying every addition's error, the
   errors summed pairwise as well, so that it stays correctly rounded through more
-  cancellation (of 40 sums of 4,096 values cancelling to 1e-6 of their size, 8 missed against
-  the cascaded sum's 37), whatever the order; the mean is the correctly rounded quotient.
+  cancellation than the cascaded sum, whatever the order; the mean is the correctly rounded
+  quotient.
 
 Either way the derivative is a plain sum's. The exact sums are opt-in because every loss and
-metric of a training step would pay for them. Measured on a small MLP's step (``K.function``
-of a 20-64-10 MLP, batch 32, categorical crossentropy loss and accuracy, each ``K.mean`` of 32
-values, SGD updates; XLA:CPU, 2 loaded cores, jax 0.10.2, medians of 11 builds), the exact
-sums take the optimized HLO from 354 to 543 instructions (+53%), tracing and lowering from 83
-to 109 ms of CPU time (+30%), XLA's compile from 495 to 530 ms (+7%), lowering and compiling
-from 370 to 410 ms wall (+6 to +15%). The default step is ``jnp.mean``'s to the instruction
-(354), its times within noise of it; the cascaded sum of its two vectors would cost 396 (+12%),
-sorting them first (another way to a canonical order) 375 (+6%), and sorting 4,096 values
-takes ~100 us on CPU. A multi-axis full reduction pays about 20 instructions for its cascaded
-sum (a 2-D squared-error step: 120 -> 140; the pairwise sum: 344) and a few microseconds (an
-eager sum of 64x64 floats: 15 -> 20 us). Larger and partial reductions are always XLA's.
+metric of a training step would pay for them: on a small MLP's step they add instructions to
+the optimized HLO and time to tracing, lowering and compiling it, where the default step is
+``jnp.mean``'s to the instruction and its times within noise of it; a cascaded sum of its
+vectors, or sorting them first (another way to a canonical order), would cost more than the
+default too. A multi-axis full reduction pays a few instructions for its cascaded sum and a few
+microseconds eagerly. Measured by hand: ``benchmarks/RESULTS.md``, "Design measurements (by
+hand)", "order-independent sums" (with the cancellation test). Larger and partial reductions
+are always XLA's.
+
+XLA promises no order for a float reduction; no upstream issue found asking for
+layout-independent sums (checked 2026-11-27).
 """
 
 from __future__ import annotations

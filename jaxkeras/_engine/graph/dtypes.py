@@ -48,7 +48,8 @@ def standardize_dtype(dtype: Any, arg: str = "dtype") -> str:
 _WIDE = frozenset({"float64", "int64", "uint64", "complex128"})
 _NAMES: dict = {}
 """Dtype or name given -> the dtype's name, for the dtypes 64-bit mode leaves alone: NumPy
-computes ``name`` anew on each access (~2 µs), and parsing a name and JAX's canonicalization
+computes ``name`` anew on each access (measured by hand: ``benchmarks/RESULTS.md``, "Design
+measurements (by hand)", "dtype name cache"), and parsing a name and JAX's canonicalization
 cost more."""
 
 
