@@ -33,9 +33,10 @@ test: $(STAMP) $(KERAS_SUITE)
 demo: $(STAMP)
 	$(BIN)/python examples/digits_demo.py
 
-# the API reference, rendered from the docstrings into site/ (git-ignored)
+# the guides and the API reference (Sphinx: MyST Markdown, autodoc, napoleon, furo) into site/
+# (git-ignored); any warning fails the build. make test builds it too (tests/test_docs.py)
 docs: $(STAMP)
-	$(BIN)/pdoc --docformat google -o site jaxkeras
+	$(BIN)/sphinx-build -W --keep-going -b html docs site
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

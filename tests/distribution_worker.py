@@ -14,7 +14,6 @@ import json
 import os
 import re
 import sys
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -229,26 +228,6 @@ def keras_fit(how: str, data) -> dict:
     }
 
 
-def readme_recipes() -> dict:
-    """Runs the README's data-parallel and model-parallel recipes (not the multi-host one)."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    recipes = [b for b in blocks if "D.DataParallel()" in b or "D.ModelParallel(" in b]
-    recipes = [b for b in recipes if "initialize" not in b]
-    namespace: dict = {}
-    try:
-        for block in recipes:
-            exec(compile(block, "README.md", "exec"), namespace)
-        kernel = namespace["kernel"]
-        return {
-            "blocks": len(recipes),
-            "in_effect": type(D.distribution()).__name__,
-            "kernel": describe(K.get_state([kernel])[kernel.name]),
-        }
-    finally:
-        D.set_distribution(None)
-
-
 def devices_run(out: str) -> None:
     data = digits()
     results = {"devices": D.list_devices()}
@@ -281,7 +260,6 @@ def devices_run(out: str) -> None:
         "single": random_draws(None),
         "data_parallel": random_draws(D.DataParallel()),
     }
-    results["readme"] = readme_recipes()
     results["writes"] = writes_keep_layout(os.path.dirname(out))
     results["keras"] = {
         how: keras_fit(how, data) for how in ("single", "scope", "set_distribution")

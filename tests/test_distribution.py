@@ -209,15 +209,6 @@ def test_writes_keep_a_variables_layout(eight, how):
 
 
 @pytest.mark.slow
-def test_readme_recipes_run(eight):
-    readme = eight["readme"]
-    assert readme["blocks"] == 2
-    assert readme["in_effect"] == "DataParallel"  # set by the first recipe
-    assert readme["kernel"]["devices"] == 8
-    assert readme["kernel"]["shard_shape"] == [64, 8]
-
-
-@pytest.mark.slow
 def test_optax_optimizer_slots_are_placed_like_their_params(eight):
     single, split = eight["mlp_optax"]["single"], eight["mlp_optax"]["model_parallel"]
     np.testing.assert_allclose(split["losses"], single["losses"], rtol=1e-5, atol=1e-5)
