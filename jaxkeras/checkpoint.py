@@ -78,8 +78,9 @@ from jax.experimental import sparse
 
 from jaxkeras import state
 from jaxkeras._engine import graph
+from jaxkeras._engine.store import STORE
 from jaxkeras.checks import check_int
-from jaxkeras.state import STORE, Variable
+from jaxkeras.state import Variable
 
 FORMAT = "jaxkeras.checkpoint"
 VERSION = 1

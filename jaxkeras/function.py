@@ -42,18 +42,15 @@ from jaxkeras._engine.graph import (
 )
 from jaxkeras._engine.graph.interpret import evaluate_in_slices
 from jaxkeras._engine.packs import StateLayout
+from jaxkeras._engine.store import STORE, place_like, stored_layout, to_numpy
 from jaxkeras._xla import cpu_memory
 from jaxkeras._xla.options import compiler_options
 from jaxkeras.state import (
-    STORE,
     Update,
     Variable,
     compose_updates,
     get_state,
     normalize_updates,
-    place_like,
-    stored_layout,
-    to_numpy,
 )
 
 _FUNCTIONS: weakref.WeakSet = weakref.WeakSet()
@@ -234,7 +231,7 @@ class Function:
         self._n_outputs = len(self.outputs)
         self._n_inputs = len(self.inputs)
         # How an output becomes NumPy: a copy, unless a trace finds sparse outputs or the
-        # outputs may span several processes (then ``state.to_numpy`` densifies or gathers).
+        # outputs may span several processes (then ``to_numpy`` densifies or gathers).
         self._convert: Any = np.array
         self.trace_count = 0
         self._compiled: dict[int, Any] = {}
@@ -526,27 +523,17 @@ class Function:
     def _state_args(self) -> tuple:
         """The state arguments of a call (holding the store's lock exclusively).
 
-        The first call packs the function's variables (those it updates apart from those it
-        only reads) and lays its state out. A later one packs again the packs loosened since
-        (their variables keep their places: nothing compiles again), or lays the state out
-        anew when another function has packed one of its loose variables since (compiling
-        again).
+        The first call has the store settle where the function's variables live and lay its
+        state out (``Store.layout``: those whose place no function has decided yet are packed,
+        the updated apart from the read), for good (only :meth:`_scale_losses` adds to its
+        state): no variable's place changes after, so nothing another function does makes this
+        one lay out or compile again. A later call packs again the packs loosened since (by
+        writes from outside a compiled function), in the same places.
         """
-        if self._layout is not None:
-            args = self._packed_args()
-            if args is not None:
-                return args
-        STORE.pack(self._updated)
-        STORE.pack(self._kept)
-        self._layout = StateLayout(self._updated, self._kept, STORE.packs)
-        self._drop_compiled()
-        return self._packed_args()
-
-    def _packed_args(self) -> tuple | None:
-        for pack in self._layout.packs:
-            if pack.buffer is None:
-                STORE.repack(pack)
-        return self._layout.args(STORE.values)
+        if self._layout is None:
+            self._layout = STORE.layout(self._updated, self._kept)
+            self._drop_compiled()
+        return STORE.state_args(self._layout)
 
     def _compiled_for(self, phase: int, args: tuple, feeds: list) -> Any:
         """The executable for a call in ``phase`` (under the dtype policy in effect) on state
@@ -671,7 +658,7 @@ class Function:
                 if self.check_numerics:
                     self._check_flags(phase, results[n_out])
                     results = (*results[:n_out], *results[n_out + 1 :])
-                self._layout.commit(values, results, n_out)
+                STORE.commit(self._layout, results, n_out)
                 if self._device_outputs:
                     outputs = list(results[:n_out])
                 elif n_out == 1:

@@ -1,12 +1,13 @@
-"""Variables, the state store that holds their values, updates, and state scopes.
+"""Variables, updates, state scopes, name scopes and seeds: the public face of the store.
 
-Variable values live in one :class:`Store` (:data:`STORE`), which the graph layer reads through
-its ``StateSource`` protocol. Ops on a :class:`Variable` are lazy (recorded), so a graph always
-sees the value the variable has when it runs. Updates (``update``, ``update_add``, ...) are
-pending until run: compiled functions return new values and commit them after the call.
+Variable values live in the engine's store (:mod:`jaxkeras._engine.store`), the one writer of
+them, which the graph layer reads through its ``StateSource`` protocol. Ops on a
+:class:`Variable` are lazy (recorded), so a graph always sees the value the variable has when
+it runs. Updates (``update``, ``update_add``, ...) are pending until run: compiled functions
+return new values and the store commits them after the call.
 
-Mutable state here: :data:`STORE` (values and random-number state) and :data:`NAMES`
-(``get_uid`` counters; each thread's name scopes and bans on creating updates).
+Mutable state here: :data:`NAMES` (``get_uid`` counters; each thread's name scopes and bans on
+creating updates).
 """
 
 from __future__ import annotations
@@ -17,309 +18,29 @@ import threading
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from threading import get_ident
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils, sparse
+from jax.experimental import sparse
 
 from jaxkeras._engine import graph
-from jaxkeras._engine.graph import DISTRIBUTION, Context, Symbolic, VariableNode
-from jaxkeras._engine.packs import Pack, packable
+from jaxkeras._engine.graph import Context, Symbolic, VariableNode
+from jaxkeras._engine.store import (
+    STORE,
+    as_array,
+    copy_to_device,
+    device_copy,
+    place_like,
+    placed,
+    to_numpy,
+)
+from jaxkeras._engine.store import store as store  # (re-exported: ``state.store()``)
 from jaxkeras.checks import check_dtype, check_fits, check_seed, check_variable
 
 # ---------------------------------------------------------------------------------------------
-# the store
-
-
-class RWLock:
-    """A readers-writer lock: many readers at once, or one writer (reentrant for its thread).
-
-    ``with lock.read():`` holds it shared, ``with lock.write():`` exclusively. A writer holds a
-    gate that new readers pass through, then waits for the readers inside to leave, so writers
-    do not starve; a thread that already reads may read again, and the writer's thread may read.
-
-    The readers inside are a list of thread ids, one entry per shared hold: appending and
-    removing are atomic under the GIL, so an uncontended hold costs no lock but the gate.
-    """
-
-    def __init__(self) -> None:
-        self._gate = threading.Lock()
-        self._drained = threading.Condition(threading.Lock())
-        self._inside: list[int] = []
-        self._waiting = False  # a writer waits for the readers inside to leave
-        self._writer: int | None = None
-        self._depth = 0
-        self._shared = _Held(self.acquire_read, self.release_read)
-        self._exclusive = _Held(self.acquire_write, self.release_write)
-
-    def read(self) -> _Held:
-        """Returns the context manager that holds the lock shared."""
-        return self._shared
-
-    def write(self) -> _Held:
-        """Returns the context manager that holds the lock exclusively (raises
-        ``RuntimeError`` on entry when this thread holds it shared: it would wait for itself)."""
-        return self._exclusive
-
-    def acquire_read(self) -> None:
-        """Holds the lock shared (prefer ``with lock.read():``; a hot path may pair this with
-        :meth:`release_read` in ``try``/``finally``)."""
-        me = get_ident()
-        if me in self._inside or self._writer == me:  # a waiting writer must not block it
-            self._inside.append(me)
-        else:
-            with self._gate:
-                self._inside.append(me)
-
-    def release_read(self) -> None:
-        """Releases a shared hold."""
-        self._inside.remove(get_ident())
-        if self._waiting:  # read after the removal: a writer that saw this reader is told
-            with self._drained:
-                self._drained.notify_all()
-
-    def acquire_write(self) -> None:
-        """Holds the lock exclusively (see :meth:`write`)."""
-        me = get_ident()
-        if self._writer == me:
-            self._depth += 1  # holds beyond the first
-            return
-        if not self._gate.acquire(False):  # another writer, or a reader passing the gate
-            self._refuse_reader(me)
-            self._gate.acquire()
-        if self._inside:  # holding the gate, only readers already inside can be counted
-            try:
-                self._refuse_reader(me)
-            except RuntimeError:
-                self._gate.release()
-                raise
-            with self._drained:
-                self._waiting = True  # set before looking, so a leaving reader notifies
-                while self._inside:
-                    self._drained.wait()
-                self._waiting = False
-        self._writer = me
-
-    def _refuse_reader(self, me: int) -> None:
-        if me in self._inside:
-            raise RuntimeError("a thread that reads the variable store cannot write it")
-
-    def release_write(self) -> None:
-        """Releases an exclusive hold."""
-        if self._depth:
-            self._depth -= 1
-        else:
-            self._writer = None
-            self._gate.release()
-
-
-class _Held:
-    """A reusable context manager calling ``acquire`` on entry and ``release`` on exit."""
-
-    __slots__ = ("_acquire", "_release")
-
-    def __init__(self, acquire: Callable[[], None], release: Callable[[], None]) -> None:
-        self._acquire, self._release = acquire, release
-
-    def __enter__(self) -> None:
-        self._acquire()
-
-    def __exit__(self, *exc: Any) -> None:
-        self._release()
-
-
-class Store:
-    """The one authoritative copy of every variable's value, and the random-number state.
-
-    Implements the graph layer's ``StateSource`` protocol (:meth:`read`, :meth:`draw_key`).
-    Threads share it: :attr:`lock` is held shared to read values (and to start a computation
-    on them) and exclusively to write them, so no thread sees a torn or donated buffer and no
-    update is lost.
-
-    Values are *loose* (one array per variable, in :attr:`values`) or *packed* (sliced from a
-    :class:`~jaxkeras._engine.packs.Pack`'s buffer, which compiled functions take as one argument);
-    :meth:`read`, :meth:`names` and :meth:`write` see both alike.
-
-    Attributes:
-        values: variable name -> ``jax.Array``, for the loose values.
-        packs: variable name -> the pack it belongs to (for the variable's life, packed or not).
-        lock: the :class:`RWLock` guarding ``values`` and the packs.
-        seed: the global seed every random key derives from (``K.set_random_seed``).
-        runs: random node -> how many times it has run (weakly keyed).
-        restored_runs: seed -> runs, from a restored checkpoint, for nodes not yet run since.
-        draws: how many keys were drawn for ops run at once (outside any graph).
-    """
-
-    def __init__(self, seed: int = 0) -> None:
-        self.values: dict[str, jax.Array] = {}
-        self.packs: dict[str, Pack] = {}
-        self.lock = RWLock()
-        self.seed = seed
-        self.runs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self.restored_runs: dict[int, int] = {}
-        self.draws = 0
-        self._rng_lock = threading.Lock()
-
-    def read(self, name: str) -> jax.Array:
-        """Returns the stored value of the variable called ``name``.
-
-        Raises:
-            ValueError: when no live variable has that name.
-        """
-        try:
-            return self.values[name]
-        except KeyError:
-            pack = self.packs.get(name)
-            if pack is not None and pack.buffer is not None:
-                return pack.views()[name]
-            raise ValueError(f"variable {name!r} has no value in the store") from None
-
-    def has(self, name: str) -> bool:
-        """Whether a live variable is called ``name``."""
-        return name in self.values or name in self.packs
-
-    def names(self) -> list[str]:
-        """Returns the names of the live variables."""
-        return [*self.values, *(n for n, p in self.packs.items() if p.buffer is not None)]
-
-    def write(self, values: Mapping[str, Any]) -> None:
-        """Stores new values, by variable name (hold :attr:`lock` exclusively); the pack of a
-        packed variable among them is loosened first.
-
-        Args:
-            values: variable name -> its new value, placed as it is to be stored.
-        """
-        for name in values:
-            pack = self.packs.get(name)
-            if pack is not None and pack.buffer is not None:
-                self.loosen(pack)
-        self.values.update(values)
-
-    def loosen(self, pack: Pack) -> None:
-        """Makes a packed pack's live members loose values again (hold :attr:`lock`
-        exclusively)."""
-        views = pack.views()
-        self.values.update((n, views[n]) for n in pack.names if self.packs.get(n) is pack)
-        pack.set_buffer(None)
-
-    def pack(self, names: Sequence[str]) -> None:
-        """Packs the packable loose values among ``names``: one new pack per dtype, of two
-        values or more (hold :attr:`lock` exclusively). Values already in a pack stay in theirs.
-
-        A value alone stays loose: a pack of one would save no argument, and XLA copies a
-        reshaped buffer it updates in place.
-
-        Args:
-            names: names of live variables.
-        """
-        groups = defaultdict(list)
-        for name in names:
-            value = self.values.get(name)
-            if name not in self.packs and packable(value):
-                groups[value.dtype].append(name)
-        for dtype, members in groups.items():
-            if len(members) < 2:
-                continue
-            pack = Pack(members, [self.values[n].shape for n in members], dtype)
-            pack.form([self.values.pop(n) for n in members])
-            self.packs.update(dict.fromkeys(members, pack))
-
-    def repack(self, pack: Pack) -> None:
-        """Packs a loose pack's members again, in their old places (hold :attr:`lock`
-        exclusively); the places of variables deleted since are zeros."""
-        pack.form(
-            [
-                self.values.pop(n) if self.packs.get(n) is pack else np.zeros(s, pack.dtype)
-                for n, s in zip(pack.names, pack.shapes)
-            ]
-        )
-
-    def unique_name(self, name: str) -> str:
-        """Returns ``name``, or ``name_N`` with the smallest N no live variable uses."""
-        unique, n = name, 0
-        while self.has(unique):
-            n += 1
-            unique = f"{name}_{n}"
-        return unique
-
-    def draw_key(self, seed: int, node: Any = None) -> jax.Array:
-        """Returns the key of the next run of a random op (see ``graph.StateSource``).
-
-        A node's key depends only on the global seed, its seed and how often it has run; an op
-        run at once (``node=None``) gets a key from a separate stream that never repeats.
-        """
-        with self._rng_lock:
-            if node is None:
-                self.draws += 1
-                run = 0x80000000 | (self.draws & 0x7FFFFFFF)
-            else:
-                run = self._runs_of(node)
-                self.runs[node] = run + 1
-            base = self.seed
-        return graph.eager_key(base, seed, run)
-
-    def take_runs(self, nodes: Sequence[Any], count: int = 1) -> np.ndarray:
-        """Counts ``count`` runs of each of ``nodes`` (a multi-step call's); returns the table a
-        compiled function derives their keys from: ``[base, seed_1, run_1, ..., seed_n,
-        run_n]`` (runs before it).
-
-        The seeds travel as runtime arguments, not constants, so that the same graph built
-        with other seeds (Keras draws an unseeded op's from NumPy) compiles to the same
-        program, which JAX's compilation cache can share across processes.
-        """
-        with self._rng_lock:
-            table = [self.seed]
-            for node in nodes:
-                run = self._runs_of(node)
-                table += (node._seed & 0xFFFFFFFF, run & 0xFFFFFFFF)
-                self.runs[node] = run + count
-        return np.asarray(table, dtype=np.uint32)
-
-    def next_runs(self, nodes: Sequence[Any]) -> list[int]:
-        """Returns how many times each of ``nodes`` has run (counting nothing)."""
-        with self._rng_lock:
-            return [self._runs_of(node) for node in nodes]
-
-    def _runs_of(self, node: Any) -> int:
-        run = self.runs.get(node)
-        return self.restored_runs.get(node._seed, 0) if run is None else run
-
-    def rng_state(self) -> dict[str, Any]:
-        """Returns the random-number state: the global seed, the draw count, and each seed's
-        run count (the largest among live nodes sharing it)."""
-        with self._rng_lock:
-            runs = dict(self.restored_runs)
-            for node, count in list(self.runs.items()):
-                runs[node._seed] = max(count, runs.get(node._seed, 0))
-            return {"seed": self.seed, "draws": self.draws, "runs": sorted(runs.items())}
-
-    def set_rng_state(self, state: Mapping[str, Any]) -> None:
-        """Restores a state from :meth:`rng_state`: live random nodes and those built later
-        continue from their seed's run count."""
-        runs = {int(seed): int(count) for seed, count in state["runs"]}
-        with self._rng_lock:
-            self.seed, self.draws = int(state["seed"]), int(state["draws"])
-            self.restored_runs = runs
-            for node in list(self.runs.keys()):
-                self.runs[node] = runs.get(node._seed, 0)
-
-    def drop(self, name: str) -> None:
-        """Forgets a variable's value (called when the variable is garbage-collected; a packed
-        one's place in its pack stays unused)."""
-        self.values.pop(name, None)
-        self.packs.pop(name, None)
-
-
-STORE = Store()
-graph.install_state_source(STORE)
-
-
-def store() -> Store:
-    """Returns the process-wide store."""
-    return STORE
+# seeds
 
 
 def set_random_seed(seed: int) -> None:
@@ -342,93 +63,6 @@ def set_random_seed(seed: int) -> None:
         raise ValueError(f"set_random_seed: seed must be < 2**32, got {seed!r}")
     np.random.seed(seed)
     STORE.set_rng_state({"seed": seed, "draws": 0, "runs": []})
-
-
-def _copy_to_device(value: Any, dtype: str, fn: str = "variable") -> Any:
-    if isinstance(value, jax.core.Tracer):
-        raise ValueError(
-            "cannot write a traced value into the variable store: inside jax.jit/vmap/grad, "
-            "use K.state_scope(values) and K.update(...) so that new values are returned "
-            "instead of written"
-        )
-    if hasattr(value, "tocoo"):  # SciPy sparse: kept sparse
-        value = sparse.BCOO.from_scipy_sparse(value)
-    if graph.is_bcoo(value):
-        parts = (jnp.array(value.data, dtype=dtype, copy=True), jnp.array(value.indices, copy=True))
-        return sparse.BCOO(parts, shape=value.shape)
-    array = _as_array(value, fn)
-    if array.dtype.kind in "USO":  # strings, objects: no number to store
-        raise TypeError(f"{fn}: value must hold numbers, got dtype {array.dtype}: {value!r}")
-    # A fresh NumPy copy, put on the device: unlike jnp.array(..., copy=True) this compiles
-    # nothing (jnp.array compiles a conversion per shape, ~50 ms each on CPU, at every new
-    # variable shape of a model). Casts of NaN or out-of-range values are as undefined as XLA's.
-    with np.errstate(invalid="ignore", over="ignore"):
-        return jax.device_put(np.array(array, dtype=jnp.dtype(dtype)))
-
-
-def _as_array(value: Any, fn: str) -> np.ndarray:
-    try:
-        return np.asarray(value)
-    except (TypeError, ValueError) as err:  # ragged nested lists
-        raise TypeError(f"{fn}: value cannot be read as an array ({err}): {value!r}") from None
-
-
-def _device_copy(value: Any) -> Any:
-    """A copy of a stored value on the same devices, with the same sharding."""
-    if graph.is_bcoo(value):
-        return _copy_to_device(value, value.dtype)
-    return jnp.array(value, copy=True)
-
-
-def _placed(name: str, value: Any) -> Any:
-    """A new variable's value, on the devices the distribution in effect gives it."""
-    distribution = DISTRIBUTION.current()
-    if distribution is None or graph.is_bcoo(value):
-        return value
-    sharding = distribution.variable_layout(name, tuple(value.shape))
-    return value if sharding is None else jax.device_put(value, sharding)
-
-
-def place_like(value: Any, old: Any) -> Any:
-    """Puts a new value of a variable where its old value lives (a variable keeps the layout
-    it was given when it was made: see ``jaxkeras.distribution``).
-
-    Args:
-        value: the new value (a device copy the store owns).
-        old: the stored value it replaces, or ``None``.
-
-    Returns:
-        ``value``, moved to the sharding of ``old`` when ``old`` was placed explicitly.
-    """
-    layout = stored_layout(old)
-    return value if layout is None or graph.is_bcoo(value) else jax.device_put(value, layout)
-
-
-def stored_layout(value: Any) -> Any:
-    """Where a stored value lives, if it was placed explicitly (by a distribution).
-
-    Args:
-        value: a stored value (or ``None``).
-
-    Returns:
-        Its ``jax.sharding.Sharding`` when it is committed to devices, else ``None`` (a value
-        on the default device, which JAX may move).
-    """
-    if isinstance(value, jax.Array) and value.committed:
-        return value.sharding
-    return None
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A NumPy copy of a value; sparse values come out dense. A value split over several
-    processes' devices is gathered from them (every process must ask for it at once)."""
-    if isinstance(value, sparse.BCOO):
-        value = value.todense()
-    if isinstance(value, jax.Array) and not (
-        value.is_fully_addressable or value.is_fully_replicated
-    ):
-        return np.array(multihost_utils.process_allgather(value, tiled=True))
-    return np.array(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,7 +154,7 @@ class Variable(VariableNode):
         super().__init__(name, value.shape, value.dtype.name, sparse=is_sparse, nse=nse)
         self.constraint = constraint
         self.trainable = trainable
-        STORE.values[name] = value  # under STORE.lock (see variable())
+        STORE.add(name, value)  # under STORE.lock (see variable())
         weakref.finalize(self, STORE.drop, name)
 
     def value(self) -> Any:
@@ -579,10 +213,10 @@ def variable(
     dtype = check_dtype("variable", dtype)
     if constraint is not None and not callable(constraint):
         raise TypeError(f"variable: constraint must be callable, got {constraint!r}")
-    data = _copy_to_device(_value_of(value), dtype)
+    data = copy_to_device(_value_of(value), dtype)
     with STORE.lock.write():
         full = STORE.unique_name(scoped_name(name or "variable"))
-        return Variable(_placed(full, data), full, constraint, trainable)
+        return Variable(placed(full, data), full, constraint, trainable)
 
 
 def get_value(x: Any) -> np.ndarray:
@@ -616,12 +250,12 @@ def batch_get_value(xs: Sequence[Any]) -> list[np.ndarray]:
 def _checked_value(x: Variable, value: Any, fn: str) -> Any:
     value = _value_of(value)
     if not (isinstance(value, jax.core.Tracer) or hasattr(value, "tocoo") or graph.is_bcoo(value)):
-        value = _as_array(value, fn)
+        value = as_array(value, fn)
     check_fits(fn, "value", tuple(value.shape), x)
     if x._sparse and isinstance(value, np.ndarray):
         value = sparse.BCOO.fromdense(value)  # a sparse variable stays sparse
     # (a packed value is not in ``values``, and was not placed: it has no layout to keep)
-    return place_like(_copy_to_device(value, x.dtype, fn), STORE.values.get(x.name))
+    return place_like(copy_to_device(value, x.dtype, fn), STORE.values.get(x.name))
 
 
 def set_value(x: Variable, value: Any) -> None:
@@ -956,7 +590,7 @@ def get_state(variables: Sequence[Variable | str] | None = None) -> dict[str, ja
             names = STORE.names()
         else:
             names = [v.name if isinstance(v, Variable) else v for v in variables]
-        return {n: _device_copy(STORE.read(n)) for n in names}
+        return {n: device_copy(STORE.read(n)) for n in names}
 
 
 def set_state(values: Mapping[str, Any]) -> None:
@@ -977,5 +611,5 @@ def set_state(values: Mapping[str, Any]) -> None:
                     f"set_state: value of shape {np.shape(value)} does not fit "
                     f"variable {name!r} of shape {tuple(old.shape)}"
                 )
-            checked[name] = place_like(_copy_to_device(value, old.dtype.name), old)
+            checked[name] = place_like(copy_to_device(value, old.dtype.name), old)
         STORE.write(checked)

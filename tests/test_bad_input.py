@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxkeras as K
-from jaxkeras.state import STORE
+from jaxkeras._engine.store import STORE
 
 
 def ph(shape, dtype="float32"):

@@ -28,9 +28,9 @@ import scipy.sparse
 
 import jaxkeras as K
 from jaxkeras import mixed_precision as mp
+from jaxkeras._engine.store import STORE
 from jaxkeras.checkpoint import CheckpointManager
 from jaxkeras.optimizers import OptaxOptimizer
-from jaxkeras.state import STORE
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(Path(__file__).with_name("checkpoint_worker.py"))

@@ -154,7 +154,7 @@ def test_functions_without_updates_run_concurrently():
 
 
 def test_a_thread_that_reads_cannot_deadlock_by_writing():
-    from jaxkeras.state import STORE
+    from jaxkeras._engine.store import STORE
 
     with STORE.lock.read(), pytest.raises(RuntimeError, match="cannot write"):  # noqa: SIM117
         with STORE.lock.write():

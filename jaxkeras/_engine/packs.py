@@ -1,11 +1,19 @@
 """Packs: small variables of one dtype laid end to end in one flat buffer of the store.
 
 A compiled function passes each array argument through JAX's dispatch, and makes a new array
-of each result: about 0.5 µs per variable it reads and 1.2-1.5 µs per variable it updates
-(donated in, new value out) on a 2-core CPU. A :class:`Pack` makes that cost per pack instead:
-a function takes the buffer, slices its variables out inside the computation and returns the
-buffer anew, its updated variables' new values in their places (one concatenation, into the
-donated buffer). A thousand small variables then cost a call about what ten did.
+of each result, so a call's cost grows with the number of variables it reads and, more
+steeply, with the number it updates (donated in, new value out). A :class:`Pack` makes that
+cost per pack instead: a function takes the buffer, slices its variables out inside the
+computation and returns the buffer anew, its updated variables' new values in their places
+(one concatenation, into the donated buffer). A call that reads or updates many small
+variables then costs about what one with a few did (the "``K.function`` call, N variables
+updated/read" and "per-call cost per variable" rows of ``benchmarks/RESULTS.md``).
+
+Which variables share a pack is decided once, by the store (``Store.settle``): the first
+compiled function that uses a variable settles its place, packing its variables whose place
+no function has decided yet, those it updates apart from those it only reads. A place never
+changes after, so a function's layout (:class:`StateLayout`) and compiled code stay valid
+whatever other functions are made and called later.
 
 A pack is either *packed* (its :attr:`Pack.buffer` holds its members' values; the store's
 loose values do not) or *loose* (``buffer`` is ``None``; the members' values are loose in the
@@ -13,7 +21,8 @@ store again). Writing a member from outside a compiled function loosens its pack
 ``Store.write``); a function that uses the pack packs it again before its next call. Its
 members and their places never change, so nothing compiles again. Reading a member slices
 every member out of the buffer at once, and keeps those slices until the buffer changes
-(:meth:`Pack.views`).
+(:meth:`Pack.views`). Only the store sets a pack's buffer (:meth:`Pack.form`,
+:meth:`Pack.set_buffer`).
 
 Only small dense values on the default device are packed (:func:`packable`): a large one is
 better updated in place, and a value a distribution placed keeps its own sharding.
@@ -38,10 +47,12 @@ from jaxkeras._engine import graph
 PACK_BYTES = 4096
 """The largest value packed, in bytes. A call that updates a pack writes the whole buffer
 anew and copies it into the donated one (XLA cannot write a buffer in place while reading
-other parts of it), where a loose variable is updated in place; at about 10 GB/s on CPU,
-that costs what one variable's dispatch saves (1.2-1.5 µs) at about 4 KiB per variable. So
-biases, normalization statistics, optimizer scalars and small kernels are packed, and large
-kernels stay loose (a step's peak memory grows by twice its small updated variables' size)."""
+other parts of it), where a loose variable is updated in place: the copy costs more the
+larger the variable, while the dispatch a pack saves costs the same for every variable, and
+on CPU the two meet at about this size (compare the "per-call cost per variable updated"
+row of ``benchmarks/RESULTS.md`` with the time to copy 4 KiB). So biases, normalization
+statistics, optimizer scalars and small kernels are packed, and large kernels stay loose (a
+step's peak memory grows by twice its small updated variables' size)."""
 
 
 def packable(value: Any) -> bool:
@@ -128,7 +139,8 @@ class Pack:
         """Inside a trace: ``buffer`` with the members in ``new`` overwritten by their values.
 
         One concatenation of every member (a chain of ``dynamic_update_slice`` runs faster, but
-        XLA takes seconds to compile it for a thousand members)."""
+        XLA's compile time grows steeply with its length: a thousand members would compile for
+        longer than many calls take)."""
         parts = [new[n] if n in new else _slice(buffer, *self._places[n]) for n in self.names]
         return jnp.concatenate([p.reshape(-1) for p in parts])
 
@@ -156,6 +168,12 @@ class StateLayout:
     updates (donated), and its loose variables that it reads. Its new state is the updated
     packs' buffers, then the loose updated variables' values.
 
+    A layout is a description, and writes nothing: a call picks its arguments from the store
+    through it (:meth:`args`), the store commits the call's new state by it
+    (``Store.commit``), and :meth:`state` and :meth:`new_state` map both inside the trace. It
+    stays valid for the function's life, since no variable's place changes
+    (``Store.settle``).
+
     Args:
         updated: names of the variables the function updates.
         kept: names of the variables it only reads.
@@ -163,19 +181,20 @@ class StateLayout:
 
     Attributes:
         packs: the packs it uses, those it updates first.
+        updated_packs: the packs it updates (the first of :attr:`packs`).
         loose_updated: the loose variables it updates.
         donated: the indices of the state arguments it may donate.
         n_args: the number of state arguments.
     """
 
     def __init__(self, updated: Sequence[str], kept: Sequence[str], packs: Mapping[str, Pack]):
-        self._updated_packs = list(dict.fromkeys(packs[n] for n in updated if n in packs))
+        self.updated_packs = list(dict.fromkeys(packs[n] for n in updated if n in packs))
         read = dict.fromkeys(packs[n] for n in kept if n in packs)
-        self.packs = self._updated_packs + [p for p in read if p not in self._updated_packs]
+        self.packs = self.updated_packs + [p for p in read if p not in self.updated_packs]
         self.loose_updated = [n for n in updated if n not in packs]
         self._loose = self.loose_updated + [n for n in kept if n not in packs]
         n_packs, n_up = len(self.packs), len(self.loose_updated)
-        self.donated = (*range(len(self._updated_packs)), *range(n_packs, n_packs + n_up))
+        self.donated = (*range(len(self.updated_packs)), *range(n_packs, n_packs + n_up))
         self.n_args = n_packs + len(self._loose)
         # A pack keeps the places of its dead members, whose names new variables may reuse:
         # a member is a name the pack still holds.
@@ -184,14 +203,14 @@ class StateLayout:
             [n for n in p.names if n in wanted and packs.get(n) is p] for p in self.packs
         ]
         self._written = [
-            [n for n in p.names if n in written and packs.get(n) is p] for p in self._updated_packs
+            [n for n in p.names if n in written and packs.get(n) is p] for p in self.updated_packs
         ]
         self._pick = getter(self._loose)
 
     def args(self, values: Mapping[str, Any]) -> tuple | None:
         """Returns the state arguments of a call, given the store's loose ``values``; ``None``
-        when a pack is loose (``Store.repack`` packs it again) or when a loose variable has
-        been packed since (the layout is out of date)."""
+        when a pack is loose (``Store.repack`` packs it again) or a loose variable has no
+        value."""
         try:
             if not self.packs:
                 return self._pick(values)
@@ -214,22 +233,9 @@ class StateLayout:
         the updated variables' new values, by name."""
         buffers = [
             pack.repacked(buffer, {n: new[n] for n in names})
-            for pack, buffer, names in zip(self._updated_packs, args, self._written)
+            for pack, buffer, names in zip(self.updated_packs, args, self._written)
         ]
         return [*buffers, *(new[n] for n in self.loose_updated)]
-
-    def commit(self, values: dict[str, Any], results: Sequence[Any], start: int) -> None:
-        """Stores the new state a call returned, ``results[start:]`` (holding the store's lock
-        exclusively)."""
-        n = len(self._updated_packs)
-        if n:
-            for pack, buffer in zip(self._updated_packs, results[start : start + n]):
-                pack.set_buffer(buffer)
-        loose = self.loose_updated
-        if len(loose) == 1:  # (common, and measured worth its branch)
-            values[loose[0]] = results[start + n]
-        elif loose:
-            values.update(zip(loose, results[start + n :]))
 
 
 _NONE = type(None)
