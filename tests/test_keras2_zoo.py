@@ -85,12 +85,17 @@ def test_application_predicts_and_trains_as_in_float64(name, tmp_path):
     assert result["probs"] < 1e-5  # softmax outputs, as for TF-Keras in bench_zoo
     loss32, loss64 = result["loss"]
     assert np.isfinite(loss32)
-    assert loss32 == pytest.approx(loss64, rel=1e-5)
+    # the first loss runs BatchNormalization in training mode, at 1x1 over 4 samples in
+    # MobileNetV2's last blocks: ill-conditioned. Perturbing only the float64 model's input by
+    # float32's rounding (6e-8 relative noise) moves its loss by up to 1.5e-5 relative
+    # (measured 2026-11-27), so float32 arithmetic through 50 layers is within 1e-4, not 1e-5
+    # (MobileNetV2 2.9e-5 with its 1x1 convolutions as matmuls, 7e-6 as XLA's convolutions).
+    assert loss32 == pytest.approx(loss64, rel=1e-4)
     # one SGD step's change of all weights within 1e-2 of float64's (norm of the difference
     # over the norm of the change): a float32 gradient through 16-88 layers, whose ReLUs
     # switch where rounding moves an input across 0, and whose BatchNormalization layers at
     # 1x1 (MobileNetV2's last blocks at 32x32) divide by the deviation of 4 samples. Measured:
-    # VGG16 2.5e-4, MobileNet < 1e-3, MobileNetV2 3.2e-3; one conv layer's kernel gradient
-    # alone agrees to 2e-6.
+    # VGG16 2.5e-4, MobileNet < 1e-3, MobileNetV2 3.2e-3 (2.1e-4 with its 1x1 convolutions
+    # as matmuls); one conv layer's kernel gradient alone agrees to 2e-6.
     assert result["step_error"] < 1e-2
     assert result["moved"] > result["trainable"] // 2  # BatchNorm statistics move too

@@ -184,7 +184,7 @@ def test_the_switch_is_read_where_the_sum_is_built() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("value", "said"), [("ON", "True"), ("0", "False"), ("2", "")])
 def test_the_environment_variable_sets_the_switch_at_import(value: str, said: str) -> None:
-    code = "from jaxkeras import summation; print(summation.exact_sums())"
+    code = "from jaxkeras._xla import summation; print(summation.exact_sums())"
     environ = dict(os.environ, **{summation.ENV: value})
     out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True)
     if said:
