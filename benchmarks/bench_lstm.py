@@ -24,13 +24,13 @@ from common import (
     interleaved,
     markdown_table,
     on_cpu,
+    on_optimized_tier,
     ratio_row,
     step_clock,
 )
 from jax import lax
 
 import jaxkeras as K
-from jaxkeras import tiers
 
 # on an accelerator, a batch and widths that keep it busy
 BATCH, STEPS, FEATURES, UNITS = (64, 100, 32, 128) if on_cpu() else (1024, 100, 128, 512)
@@ -139,9 +139,7 @@ def main(quick: bool = False) -> list[Row]:
     check_same(weights, x, y)
     k_step, f, _ = keras_step(weights)
     j_step, _ = jax_step(weights)
-    for _ in range(tiers.CALLS_BEFORE_OPTIMIZING + 1):  # the optimized tier compiles ...
-        k_step(x, y)
-    f.wait_optimized()  # ... and the next call takes it (jaxkeras/tiers.py)
+    tier = on_optimized_tier(f, lambda: k_step(x, y))
     times = interleaved(
         {"K": lambda: k_step(x, y), "jax": lambda: j_step(x, y)},
         rounds=10 if quick else 30,
@@ -149,7 +147,6 @@ def main(quick: bool = False) -> list[Row]:
         clock=step_clock(),
     )
     assert f.trace_count == 1, f"the K.function step compiled {f.trace_count} times"
-    optimized = f.compiler_options == tiers.optimized_options() and tiers.has_second_tier()
     return [
         ratio_row(
             f"LSTM train step ({BATCH}x{STEPS}x{FEATURES}, {UNITS} units, SGD)",
@@ -157,7 +154,7 @@ def main(quick: bool = False) -> list[Row]:
             times["jax"],
             1.02,
             "`K.rnn` + `K.gradients` + `K.function` vs `lax.scan` + `jax.grad` + `jax.jit`; "
-            f"K's {'optimized tier' if optimized else 'only compile'}",
+            f"K's {tier}",
         )
     ]
 

@@ -39,7 +39,7 @@ from bench_steps import (
     mlp_forward,
     mlp_weights,
 )
-from common import Row, interleaved, markdown_table, ratio_row, step_clock
+from common import Row, interleaved, markdown_table, on_optimized_tier, ratio_row, step_clock
 from jax import lax
 
 from jaxkeras import mixed_precision
@@ -138,6 +138,7 @@ def policy_rows(name: str, forward: Callable, weights: list, x_shape: tuple, rou
     for policy in POLICIES:  # the same model: losses agree to 16-bit precision
         assert abs(losses[policy] - losses["float32"]) < 2e-2 * abs(losses["float32"]), losses
     dtypes = {p: mixed_precision.POLICIES[p].compute_dtype for p in POLICIES}
+    tiers = {p: on_optimized_tier(functions[p], functools.partial(steps[p], x, y)) for p in steps}
     hand = {p: _hand_step(forward, weights, dtypes[p]) for p in POLICIES}
     fns = {p: functools.partial(steps[p], x, y) for p in steps}
     fns.update({f"hand {p}": functools.partial(hand[p], x, y) for p in POLICIES})
@@ -152,7 +153,7 @@ def policy_rows(name: str, forward: Callable, weights: list, x_shape: tuple, rou
                 times[policy],
                 times[f"hand {policy}"],
                 1.05,
-                f"{step_clock()} time"
+                f"{step_clock()} time; K's {tiers[policy]}"
                 + ("; both scale the loss (jmp)" if policy == "mixed_float16" else ""),
             )
         )
@@ -162,7 +163,8 @@ def policy_rows(name: str, forward: Callable, weights: list, x_shape: tuple, rou
                 times[policy],
                 times["float32"],
                 None,
-                f"{step_clock()} time; what 16-bit products cost (< 1) or save here",
+                f"{step_clock()} time; what 16-bit products cost (< 1) or save here; "
+                f"K's {tiers[policy]}",
             )
         )
     return rows

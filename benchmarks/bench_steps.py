@@ -35,13 +35,13 @@ from common import (
     interleaved,
     markdown_table,
     on_cpu,
+    on_optimized_tier,
     ratio_row,
     step_clock,
 )
 from jax import lax
 
 import jaxkeras as K
-from jaxkeras import tiers
 
 LR = 0.01
 CLASSES = 10
@@ -180,9 +180,7 @@ def step_row(figure: str, forward: Callable, weights: list, x_shape: tuple, roun
         np.testing.assert_allclose(
             K.get_value(variable), param, rtol=agreement_rtol(1e-3), atol=1e-5
         )
-    for _ in range(tiers.CALLS_BEFORE_OPTIMIZING + 1):  # the optimized tier compiles ...
-        k_step(x, y)
-    f.wait_optimized()  # ... and the next call takes it (jaxkeras/tiers.py)
+    tier = on_optimized_tier(f, lambda: k_step(x, y))
     times = interleaved(
         {"K": lambda: k_step(x, y), "jax": lambda: j_step(x, y)},
         rounds=rounds,
@@ -196,14 +194,8 @@ def step_row(figure: str, forward: Callable, weights: list, x_shape: tuple, roun
         times["jax"],
         1.05,
         f"`K.gradients` + `K.function` vs `jax.grad` + `jax.jit`, state donated; "
-        f"{step_clock()} time; K's {_tier(f)}",
+        f"{step_clock()} time; K's {tier}",
     )
-
-
-def _tier(f: Any) -> str:
-    """Which compile of ``f`` the row times (jaxkeras/tiers.py)."""
-    optimized = f.compiler_options == tiers.optimized_options()
-    return "optimized tier" if optimized and tiers.has_second_tier() else "only compile"
 
 
 def main(quick: bool = False) -> list[Row]:

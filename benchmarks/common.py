@@ -167,6 +167,30 @@ def json_of_process(
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def on_optimized_tier(f: Any, call: Callable[[], Any]) -> str:
+    """Calls ``call`` (a call of the ``K.function`` ``f``) until ``f`` runs its optimized
+    compile (``jaxkeras/tiers.py``: the quick compile first, XLA's default options from a later
+    call), so that a timing set against hand-written ``jax.jit`` compares the same options and
+    no background compile competes with it.
+
+    Args:
+        f: the ``K.function``.
+        call: one call of it.
+
+    Returns:
+        Which compile the later calls run, for a row's note: ``'optimized tier'``, or
+        ``'only compile'`` where tiering is off or has no second tier here.
+    """
+    from jaxkeras import tiers
+
+    for _ in range(tiers.CALLS_BEFORE_OPTIMIZING + 1):  # the optimized tier compiles ...
+        call()
+    f.wait_optimized()  # ... and the next call takes it
+    call()
+    optimized = f.compiler_options == tiers.optimized_options()
+    return "optimized tier" if optimized and tiers.has_second_tier() else "only compile"
+
+
 def on_cpu() -> bool:
     """Whether JAX runs on the CPU here (not on an accelerator), which sets the benchmarks'
     sizes, clock and tolerances.
