@@ -185,6 +185,13 @@ def evaluation_policy() -> Policy:
     return ctx.policy if ctx.policy is not None else global_policy()
 
 
+def _dtype_of(x: Any) -> Any:
+    """``x``'s dtype as JAX computes it (64-bit narrowed while x64 is off), read off the array
+    where it has one: ``jnp.asarray`` would copy a NumPy array to the device first."""
+    dtype = getattr(x, "dtype", None)
+    return jnp.asarray(x).dtype if dtype is None else jax.dtypes.canonicalize_dtype(dtype)
+
+
 def product(fn: Callable[..., Any], *operands: Any) -> Any:
     """Inside an op body: the product ``fn(*operands)`` under the evaluation's policy.
 
@@ -202,8 +209,10 @@ def product(fn: Callable[..., Any], *operands: Any) -> Any:
         The product.
     """
     chosen = evaluation_policy()
-    floats = [jnp.asarray(x).dtype == jnp.float32 for x in operands]
-    if chosen.compute_dtype == "float32" or not any(floats):
+    if chosen.compute_dtype == "float32":  # the default: nothing to inspect
+        return fn(*operands)
+    floats = [_dtype_of(x) == jnp.float32 for x in operands]
+    if not any(floats):
         return fn(*operands)
     compute = jnp.dtype(chosen.compute_dtype)
     operands = [x.astype(compute) if f else x for x, f in zip(operands, floats)]
