@@ -62,6 +62,7 @@ import jax.numpy as jnp
 import jmp
 
 from jaxkeras._engine.graph.context import active_context
+from jaxkeras._engine.graph.dtypes import dtype_of
 
 __all__ = [
     "GROWTH_PERIOD",
@@ -185,13 +186,6 @@ def evaluation_policy() -> Policy:
     return ctx.policy if ctx.policy is not None else global_policy()
 
 
-def _dtype_of(x: Any) -> Any:
-    """``x``'s dtype as JAX computes it (64-bit narrowed while x64 is off), read off the array
-    where it has one: ``jnp.asarray`` would copy a NumPy array to the device first."""
-    dtype = getattr(x, "dtype", None)
-    return jnp.asarray(x).dtype if dtype is None else jax.dtypes.canonicalize_dtype(dtype)
-
-
 def product(fn: Callable[..., Any], *operands: Any) -> Any:
     """Inside an op body: the product ``fn(*operands)`` under the evaluation's policy.
 
@@ -211,7 +205,7 @@ def product(fn: Callable[..., Any], *operands: Any) -> Any:
     chosen = evaluation_policy()
     if chosen.compute_dtype == "float32":  # the default: nothing to inspect
         return fn(*operands)
-    floats = [_dtype_of(x) == jnp.float32 for x in operands]
+    floats = [dtype_of(x) == "float32" for x in operands]
     if not any(floats):
         return fn(*operands)
     compute = jnp.dtype(chosen.compute_dtype)
