@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import Row, markdown_table
+from common import Row, json_of_process, markdown_table
 
 HERE = Path(__file__).resolve().parent
 MODULES = [
@@ -93,10 +93,11 @@ def results_text(generated: str, old: Path) -> str:
 def run_module(name: str, quick: bool) -> list[Row] | None:
     """Runs ``name.main(quick)`` in a fresh process; its rows, or ``None`` when it failed."""
     command = [sys.executable, __file__, "--module", name] + (["--quick"] if quick else [])
-    out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-    if out.returncode != 0:
+    try:
+        rows = json_of_process(command, quiet=False)  # its progress and errors show
+    except RuntimeError:
         return None
-    return [Row(**row) for row in json.loads(out.stdout.strip().splitlines()[-1])]
+    return [Row(**row) for row in rows]
 
 
 def main() -> None:
