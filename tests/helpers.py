@@ -1,10 +1,15 @@
-"""Shared checks: an op must agree with a NumPy reference in every way it can be run."""
+"""Shared checks: an op must agree with a NumPy reference in every way it can be run; code run
+in a fresh interpreter (Keras 2.3.1 on jaxkeras included)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -131,3 +136,31 @@ def compile_threads() -> Iterator[list[str]]:
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
         jax.config.update("jax_enable_compilation_cache", cache)
+
+
+def run_python(code: str, *args: str, **env: str) -> str:
+    """Runs ``code`` in a fresh interpreter, with ``args`` as its ``sys.argv[1:]`` and ``env``
+    set over this process's environment; fails the test with its error output unless it exits
+    with 0.
+
+    Returns:
+        What it printed.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def run_on_keras2(code: str, home: Path, *args: str) -> str:
+    """:func:`run_python` with multi-backend Keras 2.3.1 loading jaxkeras
+    (``KERAS_BACKEND=jaxkeras``) and keeping its settings in ``home``.
+
+    Returns:
+        What it printed.
+    """
+    return run_python(code, *args, KERAS_HOME=str(home), KERAS_BACKEND="jaxkeras")

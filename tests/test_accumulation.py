@@ -22,6 +22,7 @@ import pytest
 import jaxkeras as K
 from jaxkeras import mixed_precision
 from jaxkeras.optimizers import OptaxOptimizer
+from tests.helpers import run_on_keras2
 
 _rng = np.random.default_rng(0)
 X = _rng.normal(size=(64, 5)).astype("float32")
@@ -373,12 +374,7 @@ print(same, np.allclose(la, lb, rtol=1e-5), m.train_function.micro_batches)
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("keras") is None, reason="keras 2.3.1 not installed")
 def test_keras_compile_with_multisteps_and_with_micro_batches(tmp_path):
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run(
-        [sys.executable, "-c", KERAS_PROBE], env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
+    lines = run_on_keras2(KERAS_PROBE, tmp_path).strip().splitlines()
     assert lines[-2] == "True True 2"
     assert lines[-1] == "True True 4"
 

@@ -4,9 +4,6 @@ changes nothing."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import numpy as np
 import optax
@@ -14,6 +11,7 @@ import pytest
 
 import jaxkeras as K
 from jaxkeras.optimizers import OptaxOptimizer
+from tests.helpers import run_on_keras2
 
 
 def _step(optimizer=None):
@@ -86,7 +84,4 @@ except FloatingPointError as err:
 @pytest.mark.keras2
 @pytest.mark.skipif(importlib.util.find_spec("keras") is None, reason="keras 2.3.1 missing")
 def test_keras_compile_passes_check_numerics_on(tmp_path):
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run([sys.executable, "-c", KERAS], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-2:] == ["True", "True"]
+    assert run_on_keras2(KERAS, tmp_path).split()[-2:] == ["True", "True"]

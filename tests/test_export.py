@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import pytest
 
 import jaxkeras as K
 from jaxkeras import export as E
+from tests.helpers import run_on_keras2
 
 RNG = np.random.default_rng(0)
 
@@ -125,16 +125,9 @@ print(json.dumps({k: model.predict(v).tolist() for k, v in batches.items()}))
 @pytest.mark.keras2
 @pytest.mark.skipif(importlib.util.find_spec("keras") is None, reason="keras 2.3.1 missing")
 def test_a_keras_model_exports_its_predict(tmp_path):
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
     path, inputs = tmp_path / "model.jax", tmp_path / "batches.npz"
-    out = subprocess.run(
-        [sys.executable, "-c", KERAS_EXPORT, str(path), str(inputs)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    predicted = json.loads(out.stdout.strip().splitlines()[-1])
+    printed = run_on_keras2(KERAS_EXPORT, tmp_path, str(path), str(inputs))
+    predicted = json.loads(printed.strip().splitlines()[-1])
     batches = dict(np.load(inputs))
     served = _serve(path, batches, tmp_path)
     for name in batches:

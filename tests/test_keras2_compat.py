@@ -2,10 +2,10 @@
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.helpers import run_on_keras2
 
 pytestmark = [
     pytest.mark.keras2,
@@ -33,12 +33,7 @@ print(hasattr(collections, "Mapping"), hasattr(inspect, "getargspec"), names, mi
 
 
 def _probe(load: str, tmp_path) -> list[str]:
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(load=load)], env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split()
+    return run_on_keras2(PROBE.format(load=load), tmp_path).split()
 
 
 def test_plain_import_restores_nothing(tmp_path):
@@ -65,11 +60,8 @@ def test_keras_reads_bytes_attributes(tmp_path):
         "d = H5Dict(h5py.File(p, 'r'))\n"
         "print(type(d['text']).__name__, list(d['names']), d['backend'].decode('utf8'))\n"
     )
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
     # bytes come back as bytes (as h5py 2 gave them), text written as str stays str
-    assert out.stdout.split("\n")[-2] == "str [b'a', b'bc'] jaxkeras"
+    assert run_on_keras2(code, tmp_path).split("\n")[-2] == "str [b'a', b'bc'] jaxkeras"
 
 
 OPTIMIZER_PROBE = """
@@ -88,11 +80,8 @@ print(keras.optimizers.get(opt) is opt, type(keras.optimizers.get("adam")).__nam
 
 @pytest.mark.parametrize("load", ["import keras", "import jaxkeras"])
 def test_keras_optimizers_get_accepts_optax_optimizers(load, tmp_path):
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    code = OPTIMIZER_PROBE.format(load=load)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-3:] == ["True", "Adam", "rejected"]
+    printed = run_on_keras2(OPTIMIZER_PROBE.format(load=load), tmp_path)
+    assert printed.split()[-3:] == ["True", "Adam", "rejected"]
 
 
 def _backend_exports(branch: str) -> set[str]:
@@ -151,11 +140,7 @@ def test_keras_backend_surface_and_lambda_shapes(tmp_path):
     clear_session resets layer names, and Lambda infers output shapes without warning."""
     names = sorted(_backend_exports("tensorflow"))
     assert {"clear_session", "get_session", "set_session"} <= set(names)
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    code = SURFACE_PROBE.format(names=names)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
+    lines = run_on_keras2(SURFACE_PROBE.format(names=names), tmp_path).strip().splitlines()
     assert lines[-2] == "[] True True"
     assert lines[-1] == (
         "(None, 8, 8, 8, 4) [(None, 8, 8, 32), (None, 8, 8)] (None, 1, 5) (None, 2)"

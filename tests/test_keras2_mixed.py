@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.helpers import run_on_keras2
 
 pytestmark = [
     pytest.mark.keras2,
@@ -97,12 +96,7 @@ print(json.dumps({
 
 
 def _run(kind: str, policy: str, tmp_path) -> dict:
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, kind, policy], env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(run_on_keras2(SCRIPT, tmp_path, kind, policy).strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("kind", ["mlp", "lstm", "convnet", "resnet"])
@@ -166,12 +160,7 @@ print(json.dumps({
 def test_keras_skipped_step_changes_no_variable(tmp_path):
     """A non-finite gradient under mixed_float16 leaves the weights, the BatchNormalization
     statistics, Adam's moments and ``iterations`` as they were; training goes on."""
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run(
-        [sys.executable, "-c", SKIP_SCRIPT], env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(run_on_keras2(SKIP_SCRIPT, tmp_path).strip().splitlines()[-1])
     assert result == {
         "same": True,
         "halved": True,

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+from tests.helpers import run_on_keras2
 
 pytestmark = [
     pytest.mark.keras2,
@@ -74,12 +73,7 @@ print(json.dumps({
 
 @pytest.mark.parametrize("name", ["MobileNet", "MobileNetV2", "VGG16"])
 def test_application_predicts_and_trains_as_in_float64(name, tmp_path):
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, name], env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(run_on_keras2(SCRIPT, tmp_path, name).strip().splitlines()[-1])
     assert result["dtypes"] == ["float32"]
     assert result["sums"] < 1e-6
     assert result["probs"] < 1e-5  # softmax outputs, as for TF-Keras in bench_zoo

@@ -7,14 +7,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import jaxkeras as K
 from jaxkeras import profiler
+from tests.helpers import run_on_keras2
 
 
 def _locations(text: str) -> set[str]:
@@ -111,12 +110,7 @@ print("conv2d_1/" in conv_train, "training/Adam/" in conv_train)
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("keras") is None, reason="keras 2.3.1 not installed")
 def test_keras_functions_and_layers_are_named(tmp_path):
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), KERAS_BACKEND="jaxkeras")
-    out = subprocess.run(
-        [sys.executable, "-c", KERAS_PROBE], env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-3:] == [
+    assert run_on_keras2(KERAS_PROBE, tmp_path).strip().splitlines()[-3:] == [
         "True True",
         "True True True",
         "True True",

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import jax
 import numpy as np
 import pytest
@@ -13,6 +9,7 @@ import pytest
 import jaxkeras as K
 from jaxkeras import tiers
 from jaxkeras._xla import options as xla_options
+from tests.helpers import run_python
 
 pytestmark = pytest.mark.skipif(
     not tiers.has_second_tier(), reason="one tier here (not CPU, or switched off)"
@@ -110,7 +107,5 @@ def test_the_environment_switches_it_off(tmp_path):
         "for _ in range(3): f([np.ones((2, 4), 'float32')])\n"
         "print(f.wait_optimized(60), K.tiers.tiered())\n"
     )
-    env = dict(os.environ, KERAS_HOME=str(tmp_path), JAXKERAS_TIERED_COMPILATION="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-2:] == ["False", "False"]
+    printed = run_python(code, KERAS_HOME=str(tmp_path), JAXKERAS_TIERED_COMPILATION="0")
+    assert printed.split()[-2:] == ["False", "False"]
