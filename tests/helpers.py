@@ -4,11 +4,13 @@ in a fresh interpreter (Keras 2.3.1 on jaxkeras included)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import jax
@@ -164,3 +166,32 @@ def run_on_keras2(code: str, home: Path, *args: str) -> str:
         What it printed.
     """
     return run_python(code, *args, KERAS_HOME=str(home), KERAS_BACKEND="jaxkeras")
+
+
+def run_hosts(
+    worker: str, args: Sequence[str], folder: Path, env: Mapping[str, str], timeout: float
+) -> list[dict]:
+    """Runs two processes of ``worker`` as the hosts of one JAX job, coordinated on a free
+    local port: host ``i`` runs ``worker host i port *args folder/i.json``; fails the test with
+    a host's error output unless both exit with 0.
+
+    Returns:
+        Each host's results, read from the JSON file it wrote.
+    """
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, worker, "host", str(i), str(port), *args, str(folder / f"{i}.json")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    errors = [p.communicate(timeout=timeout)[1] for p in procs]
+    for p, err in zip(procs, errors):
+        assert p.returncode == 0, err[-4000:]
+    return [json.loads((folder / f"{i}.json").read_text()) for i in range(2)]

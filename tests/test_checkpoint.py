@@ -14,7 +14,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from jaxkeras import mixed_precision as mp
 from jaxkeras._engine.store import STORE
 from jaxkeras.checkpoint import CheckpointManager
 from jaxkeras.optimizers import OptaxOptimizer
+from tests.helpers import run_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(Path(__file__).with_name("checkpoint_worker.py"))
@@ -610,23 +610,7 @@ def test_model_parallel_state_restores_onto_one_device(eight):
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory) -> tuple[Path, list[dict]]:
     tmp = tmp_path_factory.mktemp("hosts")
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER, "host", str(i), str(port), str(tmp), str(tmp / f"{i}.json")],
-            env=_env(tmp, 4),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    errors = [p.communicate(timeout=600)[1] for p in procs]
-    for p, err in zip(procs, errors):
-        assert p.returncode == 0, err[-4000:]
-    return tmp, [json.loads((tmp / f"{i}.json").read_text()) for i in range(2)]
+    return tmp, run_hosts(WORKER, [str(tmp)], tmp, _env(tmp, 4), timeout=600)
 
 
 def _bytes_under(folder: Path) -> int:

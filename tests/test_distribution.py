@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ import pytest
 
 import jaxkeras as K
 from jaxkeras import distribution as D
+from tests.helpers import run_hosts
 
 WORKER = str(Path(__file__).with_name("distribution_worker.py"))
 
@@ -73,24 +73,7 @@ def eight(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("hosts")
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    env = _env(tmp, 4, dump=False)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER, "host", str(i), str(port), str(tmp / f"{i}.json")],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
-    for p, err in zip(procs, errors):
-        assert p.returncode == 0, err[-4000:]
-    return [json.loads((tmp / f"{i}.json").read_text()) for i in range(2)]
+    return run_hosts(WORKER, [], tmp, _env(tmp, 4, dump=False), timeout=300)
 
 
 # ---------------------------------------------------------------------------------------------
