@@ -35,10 +35,16 @@ HERE = Path(__file__).resolve().parent
 
 def keras_fit_row(epochs: int) -> Row:
     """Keras 2.3.1's ``fit`` of the digits convnet on jaxkeras, in a fresh process: a later
-    epoch's time over the first epoch's (build + compile + one epoch)."""
+    epoch's time over the first epoch's (build + compile + one epoch).
+
+    This process has already taken most of the GPU's memory (JAX preallocates it), so the
+    fit's process allocates as it goes (``XLA_PYTHON_CLIENT_PREALLOCATE=false``): it needs
+    little, and would otherwise fail to start on an accelerator.
+    """
     command = [sys.executable, HERE / "bench_keras2.py", "--side", "jaxkeras"]
     command += ["--epochs", str(epochs), "--steps", "0"]
-    convnet = json_of_process(command, {"KERAS_BACKEND": "jaxkeras"})["convnet"]
+    env = {"KERAS_BACKEND": "jaxkeras", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    convnet = json_of_process(command, env)["convnet"]
     later = sorted(convnet["epochs_s"][1:])[len(convnet["epochs_s"][1:]) // 2]
     return Row(
         figure="Keras 2.3.1 digits convnet `fit`: a later epoch vs the first (with its compile)",
