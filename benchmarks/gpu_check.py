@@ -8,6 +8,8 @@
 - the mixed-precision rows of ``bench_mixed.py`` (each policy against float32 and against
   hand-written JAX with the same casts);
 - the multi-step rows of ``bench_multistep.py``;
+- what a call costs around the device's work (``bench_overhead.py``): a tiny ``K.function``
+  and eager ops against ``jax.jit`` and ``jax.numpy``, and the cost per variable of a call;
 - a Keras 2.3.1 model's ``fit`` on jaxkeras (the digits convnet of ``bench_keras2.py``, in its
   own process): its first epoch (build, compile, one epoch) and a later epoch.
 
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 import bench_mixed
+import bench_overhead
 import bench_multistep
 import bench_steps
 import jax
@@ -68,6 +71,10 @@ def main(quick: bool = False) -> list[Row]:
     rows = bench_steps.main(quick)
     rows += bench_mixed.main(quick)
     rows += bench_multistep.main(quick)
+    rounds = 9 if quick else 21
+    rows.append(bench_overhead.call_overhead(rounds, 300 if quick else 1000))
+    rows += bench_overhead.eager_overhead(rounds, 100 if quick else 300)
+    rows += bench_overhead.variable_scaling(rounds, 20 if quick else 50)
     rows.append(keras_fit_row(2 if quick else 4))
     return rows
 

@@ -170,6 +170,34 @@ def to_saved_model(target: Any, directory: str | os.PathLike, learning_phase: in
     tf.saved_model.save(module, os.fspath(directory), signatures={"serving_default": module.serve})
 
 
+def _device_for(exported: jax.export.Exported, path: Any) -> jax.Device | None:
+    """Where a loaded function runs: ``None`` (JAX's default device) when the export covers
+    the default device's platform, else the first device of the first platform it covers that
+    this process has (a function exported for ``'cpu'`` alone, loaded on a GPU machine, runs
+    on its CPU).
+
+    Raises:
+        ValueError: when this process has no device of any platform the export covers.
+    """
+    default = jax.devices()[0]
+    others = []
+    for platform in exported.platforms:
+        try:
+            devices = jax.devices(platform)
+        except RuntimeError:  # JAX's error for a platform this process has no backend for
+            continue
+        if default in devices:
+            return None
+        others.append(devices[0])
+    if not others:
+        raise ValueError(
+            f"load: {os.fspath(path)!r} was exported for platforms {list(exported.platforms)}, "
+            f"and this process has none of them (its devices: {jax.devices()}); export it again "
+            "with platforms=[...] naming this machine's"
+        )
+    return others[0]
+
+
 def load(path: str | os.PathLike) -> Callable[..., list[np.ndarray]]:
     """Loads a function written by :func:`export` (this needs JAX only).
 
@@ -178,12 +206,20 @@ def load(path: str | os.PathLike) -> Callable[..., list[np.ndarray]]:
 
     Returns:
         A callable taking one array per input, in order, and returning a list of NumPy arrays,
-        one per output.
+        one per output. It runs on JAX's default device when the export covers its platform,
+        else on a device of a platform it covers (a CPU-only export on a GPU machine runs on
+        its CPU).
+
+    Raises:
+        ValueError: when this process has no device of any platform the export covers.
     """
     with open(path, "rb") as file:
         exported = jax.export.deserialize(bytearray(file.read()))
+    device = _device_for(exported, path)
 
     def call(*feeds: Any) -> list[np.ndarray]:
+        if device is not None:
+            feeds = tuple(jax.device_put(x, device) for x in feeds)
         return [np.asarray(y) for y in exported.call(*feeds)]
 
     call.exported = exported

@@ -71,17 +71,24 @@ def test_load_calls_the_exported_function(tmp_path):
     np.testing.assert_array_equal(got, f([batch])[0])
 
 
+def test_load_of_a_function_exported_for_no_platform_here_says_so(tmp_path):
+    path = tmp_path / "tpu_only.jax"
+    E.export(_convnet(), path, platforms=["tpu"])  # this test never runs on a TPU
+    with pytest.raises(ValueError, match=r"exported for platforms \['tpu'\].*export it again"):
+        E.load(path)
+
+
 def test_the_learning_phase_and_the_values_at_export_are_kept(tmp_path):
     x = K.placeholder((None, 4))
     w = K.variable(np.ones((4, 2), "float32"))
     y = K.dot(x, w)
     f = K.function([x], [K.in_train_phase(K.dropout(y, 0.5), y)])
-    test_phase = E.export(f, platforms=["cpu"])  # phase 0: no dropout
+    test_phase = E.export(f)  # phase 0: no dropout; for CPU and CUDA, so it runs on either
     batch = np.ones((2, 4), "float32")
     np.testing.assert_array_equal(np.asarray(test_phase.call(batch)[0]), np.full((2, 2), 4.0))
     K.set_value(w, np.zeros((4, 2), "float32"))  # after export: not seen
     np.testing.assert_array_equal(np.asarray(test_phase.call(batch)[0]), np.full((2, 2), 4.0))
-    train_phase = E.export(f, platforms=["cpu"], learning_phase=1)
+    train_phase = E.export(f, learning_phase=1)
     dropped = np.asarray(train_phase.call(batch)[0])
     assert set(np.unique(dropped)) <= {0.0}  # the weights are 0 now; dropout still runs
 

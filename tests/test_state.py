@@ -284,3 +284,33 @@ def test_variables_of_new_shapes_compile_nothing():
     np.testing.assert_array_equal(K.get_value(values[0]), np.full((2, 3), 2.0))
     assert K.get_value(values[2]).dtype == np.int32 and K.get_value(values[2]).sum() == 3 * 2
     np.testing.assert_array_equal(values[3], [2.0, 2.0])
+
+
+def test_variables_made_while_jax_traces_hold_concrete_values(tmp_path):
+    # a Keras layer built, or an optimizer's state made, inside the user's own jax.jit: the
+    # store keeps concrete arrays, so the variables work once the trace is over
+    import optax
+
+    from jaxkeras.optimizers import OptaxOptimizer
+
+    w = K.variable(np.ones((3, 2), "float32"))
+    x = K.variable(np.full((4, 3), 0.5, "float32"))
+    loss = K.sum(K.square(K.dot(x, w)))
+    opt = OptaxOptimizer(optax.adam(0.1))
+    made = []
+
+    @jax.jit
+    def step(values):
+        made.append(K.variable(np.arange(3.0), name="made_in_trace"))
+        with K.state_scope(values) as scope:
+            opt.get_updates(loss, [w])
+        return scope.values
+
+    values = step(K.get_state([w, x]))
+    np.testing.assert_array_equal(K.get_value(made[0]), np.arange(3.0, dtype="float32"))
+    for slot in opt.weights:  # made by the trace, still at their initial values in the store
+        np.testing.assert_array_equal(K.get_value(slot), np.zeros(K.int_shape(slot)))
+    assert int(values[opt.iterations.name]) == 1  # the step's result is in the returned values
+    K.save_checkpoint(tmp_path / "ckpt.npz")  # every live variable, none a tracer
+    with pytest.raises(ValueError, match="traced value"):
+        jax.jit(lambda a: K.variable(a))(np.ones(2))

@@ -14,6 +14,7 @@ and random-number state).
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections import defaultdict
@@ -410,6 +411,22 @@ def store() -> Store:
 # values: copies on the device, and where they are placed
 
 
+def _concrete(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Runs ``fn`` with JAX's operations evaluated at once, also while a ``jax.jit`` is being
+    traced (``jax.ensure_compile_time_eval``): the store holds concrete arrays only, and a
+    variable made or read inside a traced function (a Keras layer built, an optimizer's state
+    made, in a ``K.state_scope`` under ``jax.jit``) would otherwise put a tracer there, where
+    the next use outside the trace fails."""
+
+    @functools.wraps(fn)
+    def concrete(*args: Any, **kwargs: Any) -> Any:
+        with jax.ensure_compile_time_eval():
+            return fn(*args, **kwargs)
+
+    return concrete
+
+
+@_concrete
 def copy_to_device(value: Any, dtype: str, fn: str = "variable") -> Any:
     """A fresh device copy of ``value`` in ``dtype``, for the store to own (SciPy sparse and
     BCOO values stay sparse).
@@ -452,6 +469,7 @@ def as_array(value: Any, fn: str) -> np.ndarray:
         raise TypeError(f"{fn}: value cannot be read as an array ({err}): {value!r}") from None
 
 
+@_concrete
 def device_copy(value: Any) -> Any:
     """A copy of a stored value on the same devices, with the same sharding."""
     if graph.is_bcoo(value):
@@ -459,6 +477,7 @@ def device_copy(value: Any) -> Any:
     return jnp.array(value, copy=True)
 
 
+@_concrete
 def placed(name: str, value: Any) -> Any:
     """A new variable's value, on the devices the distribution in effect gives it."""
     distribution = DISTRIBUTION.current()
@@ -468,6 +487,7 @@ def placed(name: str, value: Any) -> Any:
     return value if sharding is None else jax.device_put(value, sharding)
 
 
+@_concrete
 def place_like(value: Any, old: Any) -> Any:
     """Puts a new value of a variable where its old value lives (a variable keeps the layout
     it was given when it was made: see ``jaxkeras.distribution``).
