@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import bench_mixed
-import bench_overhead
 import bench_multistep
+import bench_overhead
 import bench_steps
 import jax
 from common import Row, json_of_process, markdown_table, time_text
