@@ -235,6 +235,9 @@ class Function:
         self._convert: Any = np.array
         self.trace_count = 0
         self._compiled: dict[int, Any] = {}
+        # whether the graph calls back into Python: then its calls donate nothing and wait for
+        # their results before the store takes them (see _compile)
+        self._calls_back = False
         # tiered compilation (jaxkeras.tiers): what the optimized compile needs, per key, until
         # the second call starts it; the optimized jits it made, until a call takes them
         self._to_optimize: dict[Any, tuple] = {}
@@ -296,7 +299,9 @@ class Function:
 
         It is the computation a call of ``f`` runs (``micro_batches`` included): for the same
         state, feeds and key it computes the same numbers, bit for bit, when compiled with
-        ``f``'s options (``jax.jit(f.pure, compiler_options=f.compiler_options)``). A call
+        ``f``'s options (``jax.jit(f.pure, compiler_options=f.compiler_options)``; on a GPU,
+        with ``XLA_FLAGS=--xla_gpu_deterministic_ops=true``, else XLA's autotuner may choose
+        other kernels for each compile). A call
         of ``f`` uses the key :meth:`next_key` returns; each random op draws from
         ``fold_in(rng, its seed)``.
         What ``f`` adds around it is layout (its small variables packed into one buffer, the
@@ -386,8 +391,10 @@ class Function:
         state), which is what JAX's C++ dispatch handles fastest. The updated state is donated,
         unless the traced graph calls back into Python (``jax.pure_callback``, ``io_callback``,
         ``jax.debug.callback``, e.g. via ``print_tensor``): such a call can fail while it runs,
-        after donation, and would leave the variables without values. Errors found while
-        tracing change nothing. JAX reuses the trace looked at for callbacks (for either
+        after donation, and would leave the variables without values. Its calls also wait for
+        their results before the store takes the new state, since on an accelerator a failure
+        while it runs shows only when its results are read (on CPU the call raises at once).
+        Errors found while tracing change nothing. JAX reuses the trace looked at for callbacks (for either
         compilation), so the graph is traced once per phase and input signature.
         """
         n_state, n_rng = self._layout.n_args, int(bool(self._random))
@@ -414,6 +421,7 @@ class Function:
         if donated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
             used = ()
             compiled = jax.jit(run, compiler_options=options)
+            self._calls_back = True
         self._compiled[key] = compiled
         if tiers.has_second_tier():
             self._to_optimize[key] = [run, used, tiers.CALLS_BEFORE_OPTIMIZING]
@@ -658,6 +666,8 @@ class Function:
                 if self.check_numerics:
                     self._check_flags(phase, results[n_out])
                     results = (*results[:n_out], *results[n_out + 1 :])
+                if self._calls_back:  # a failure while it ran raises here, before the commit
+                    jax.block_until_ready(results)
                 STORE.commit(self._layout, results, n_out)
                 if self._device_outputs:
                     outputs = list(results[:n_out])

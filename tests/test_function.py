@@ -1,5 +1,7 @@
 """K.function: compilation, feeds, updates semantics, the pure function, learning phase."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -341,6 +343,10 @@ def test_lower_shows_the_donated_state_and_runs_nothing():
     np.testing.assert_array_equal(K.get_value(v), 1.0)
 
 
+def _within_rounding(a, b):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_pure_is_the_computation_f_runs_bit_for_bit():
     # dropout (random), a packed bias and step counter, a large weight updated in place, a
     # reduction: f's call and the user's own jit of f.pure with f's options and key
@@ -359,15 +365,21 @@ def test_pure_is_the_computation_f_runs_bit_for_bit():
         updates=[K.update_sub(w, 0.1 * gw), K.update_sub(b, 0.1 * gb), K.update_add(steps, 1.0)],
     )
     pure = jax.jit(f.pure, compiler_options=f.compiler_options)
+    # on a GPU XLA's autotuner may choose other kernels for each compile, unless its
+    # deterministic ops are asked for (checked on an H200: bit for bit with them)
+    bitwise = jax.default_backend() == "cpu" or "xla_gpu_deterministic_ops=true" in os.environ.get(
+        "XLA_FLAGS", ""
+    )
+    same = np.testing.assert_array_equal if bitwise else _within_rounding
     for _ in range(3):
         feeds = [rng.normal(size=(16, 20)).astype(np.float32), rng.normal(size=(16, 3))]
         state, key = f.state(), f.next_key()
         (loss_p, hidden_p), new = pure(state, key, [feeds[0], feeds[1].astype(np.float32)])
         loss_f, hidden_f = f(feeds)
-        np.testing.assert_array_equal(np.asarray(hidden_p), hidden_f)
-        assert np.asarray(loss_p).tobytes() == loss_f.tobytes()
+        same(np.asarray(hidden_p), hidden_f)
+        same(np.asarray(loss_p), loss_f)
         for v in (w, b, steps):
-            np.testing.assert_array_equal(np.asarray(new[v.name]), K.get_value(v))
+            same(np.asarray(new[v.name]), K.get_value(v))
     assert K.get_value(steps) == 3.0
 
 
