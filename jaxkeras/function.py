@@ -394,8 +394,9 @@ class Function:
         after donation, and would leave the variables without values. Its calls also wait for
         their results before the store takes the new state, since on an accelerator a failure
         while it runs shows only when its results are read (on CPU the call raises at once).
-        Errors found while tracing change nothing. JAX reuses the trace looked at for callbacks (for either
-        compilation), so the graph is traced once per phase and input signature.
+        Errors found while tracing change nothing. JAX reuses the trace looked at for
+        callbacks (for either compilation), so the graph is traced once per phase and input
+        signature.
         """
         n_state, n_rng = self._layout.n_args, int(bool(self._random))
         first_feed = n_state + n_rng
