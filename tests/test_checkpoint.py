@@ -636,13 +636,19 @@ def test_a_process_never_holds_the_whole_state(hosts):
     """Peak resident memory of each process (``VmHWM``, reset before each operation) above
     its level before: saving and restoring stay below the size of the whole state (each
     process holds half of it), where gathering the state whole, as a ``.npz`` checkpoint
-    would, takes more than all of it."""
+    would, takes more than all of it.
+
+    A save holds a host copy of the process's half and the chunks TensorStore is still
+    writing: 0.5-0.8x the whole state on an idle machine, up to 0.92x while the test suite's
+    other processes load both cores (slower writes, more chunks in flight), never the whole;
+    a gather takes 2.4-2.9x (measured 2026-11-27).
+    """
     _, results = hosts
     for r in results:
         total = r["total"]
         assert r["peak_gather"] > total, r  # the measurement sees a gather
-        assert r["peak_save"] < 0.9 * total, r
-        assert r["peak_restore"] < 0.9 * total, r
+        for peak in ("peak_save", "peak_restore"):
+            assert r[peak] < total and r[peak] < r["peak_gather"] / 2, (peak, r)
 
 
 @pytest.mark.slow
