@@ -34,6 +34,7 @@ MODULES = [
     "bench_steps",
     "bench_conv",
     "bench_keras2",
+    "bench_keras3",
     "bench_zoo",
     "bench_mixed",
     "bench_multistep",
