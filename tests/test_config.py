@@ -275,23 +275,42 @@ def test_cpu_compiles_use_quick_options_unless_xla_flags_name_them(monkeypatch):
         pytest.skip("the quick options are XLA:CPU's")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     split = min(32, cores)
-    assert compiler_options() == {
-        CPU_FUSION_FLAG: False,
-        CPU_LEVEL_FLAG: 1,
-        CPU_SPLIT_FLAG: split,
-        CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
-        CPU_PASSES_FLAG: CPU_SKIPPED_PASSES,
-    }
+    assert compiler_options() == _accepted_by_xla(
+        {
+            CPU_FUSION_FLAG: False,
+            CPU_LEVEL_FLAG: 1,
+            CPU_SPLIT_FLAG: split,
+            CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
+            CPU_PASSES_FLAG: CPU_SKIPPED_PASSES,
+        }
+    )
     monkeypatch.setenv("XLA_FLAGS", f"--{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=8")
-    assert compiler_options() == {
-        CPU_LEVEL_FLAG: 1,
-        CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
-        CPU_PASSES_FLAG: CPU_SKIPPED_PASSES,
-    }
+    assert compiler_options() == _accepted_by_xla(
+        {
+            CPU_LEVEL_FLAG: 1,
+            CPU_LIBRARY_FLAG: CPU_LIBRARY_OPS,
+            CPU_PASSES_FLAG: CPU_SKIPPED_PASSES,
+        }
+    )
     flags = f"--{CPU_LEVEL_FLAG}=3 --{CPU_FUSION_FLAG}=true --{CPU_SPLIT_FLAG}=32"
     flags += f" --{CPU_PASSES_FLAG}=dce"
     monkeypatch.setenv("XLA_FLAGS", f"{flags} --{CPU_LIBRARY_FLAG}=individual_dot")
     assert compiler_options() is None
+
+
+def _accepted_by_xla(options: dict) -> dict:
+    """``options`` less those this process's XLA rejects, each tried alone on a one-op program
+    (jaxlib 0.11's XLA has no classic fusion emitters, so it rejects their option)."""
+    import jax
+
+    def accepts(name, value):
+        try:
+            jax.jit(lambda x: x - 1, compiler_options={name: value}).lower(1.0).compile()
+        except Exception:  # XLA's error for an unknown option has no type of its own
+            return False
+        return True
+
+    return {name: value for name, value in options.items() if accepts(name, value)}
 
 
 def test_options_xla_rejects_are_dropped_once_not_failing_every_compile(monkeypatch):
@@ -309,7 +328,7 @@ def test_options_xla_rejects_are_dropped_once_not_failing_every_compile(monkeypa
     original = xla_options._compiles_with
     monkeypatch.setattr(xla_options, "_compiles_with", lambda o: probes.append(o) or original(o))
     options = xla_options.compiler_options()
-    assert set(options) == set(wanted) - set(renamed)  # the others are kept
+    assert options == _accepted_by_xla({k: v for k, v in wanted.items() if k not in renamed})
     assert len(probes) == 1 + len(wanted)  # all together, then each alone
     assert xla_options.compiler_options() == options and len(probes) == 1 + len(wanted)  # once
     x = K.placeholder((None, 3))

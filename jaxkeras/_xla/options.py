@@ -105,7 +105,8 @@ def compiler_options() -> dict[str, Any] | None:
     A program whose ``XLA_FLAGS`` sets any of these five options keeps its choice for that
     one; other backends get no options. Some of these options are experimental and may be
     renamed by a later XLA: they are probed once per process (:func:`accepted_options`), and
-    one XLA rejects is dropped, costing speed, never a failed compile.
+    one XLA rejects is dropped, costing speed, never a failed compile (the XLA of jaxlib 0.11
+    has no classic fusion emitters, and rejects that option).
 
     Returns:
         A dict for ``jax.jit(compiler_options=...)``, or ``None``.
