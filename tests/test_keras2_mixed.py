@@ -58,7 +58,7 @@ def build():
         r = layers.Conv2D(16, 3, padding="same")(r)
         r = layers.BatchNormalization()(r)
         h = layers.Activation("relu")(layers.add([h, r]))
-        h = layers.GlobalAveragePooling2D()(h)
+        h = layers.Flatten()(h)  # (global average pooling left it at 40% accuracy: noise)
     out = layers.Dense(10, activation="softmax")(h)
     return keras.models.Model(inp, out)
 
