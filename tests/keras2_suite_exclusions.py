@@ -2,9 +2,9 @@
 
 Keys are pytest node ids relative to the extracted tree (``tests/...``). Every reason holds on
 Keras 2.3.1's TensorFlow backend too, in this environment (Python 3.10+, NumPy 2, h5py 3,
-pytest 8+, no network; one entry on Python 3.12+ only): the test pins the backend name, uses a TensorFlow-only API, compares
-other backends with each other, needs the network, or depends on a library or pytest feature
-that changed since 2019.
+pytest 8+, no network; one entry on Python 3.12+ only): the test pins the backend name, uses
+a TensorFlow-only API, compares other backends with each other, needs the network, or
+depends on a library or pytest feature that changed since 2019.
 
 - A key naming a file (no ``::``) is not collected at all (the file cannot be imported here,
   or every test in it downloads data).
