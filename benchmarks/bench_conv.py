@@ -135,7 +135,9 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
     Few output filters (``'taps'``): from more input channels (where ``'auto'`` picks it on
     CPU) and from fewer (where it does not). And pointwise (1x1) convolutions, a ResNet
     bottleneck's and a MobileNetV2 projection's, where ``'auto'`` picks im2col (one matmul)
-    on CPU."""
+    on CPU. And 3x3 convolutions of images no larger than the window, VGG16's last stage on
+    32x32 inputs (2x2) and ResNet's (1x1), where ``'auto'`` picks im2col too, and of a 4x4
+    image, just above that rule."""
     cases = [
         ("conv1d 128x100x32->64 k3", K.conv1d, (BATCH, 100, 32), (3, 32, 64)),
         ("conv3d 8x16x16x16x8->16 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 16)),
@@ -146,6 +148,9 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
         ("conv3d 8x16x16x16x8->4 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 4)),
         ("conv2d 8x56x56x64->256 k1", K.conv2d, (8, 56, 56, 64), (1, 1, 64, 256)),
         ("conv2d 16x8x8x144->32 k1", K.conv2d, (16, 8, 8, 144), (1, 1, 144, 32)),
+        ("conv2d 16x2x2x512->512 k3", K.conv2d, (16, 2, 2, 512), (3, 3, 512, 512)),
+        ("conv2d 16x1x1x512->512 k3", K.conv2d, (16, 1, 1, 512), (3, 3, 512, 512)),
+        ("conv2d 16x4x4x512->512 k3", K.conv2d, (16, 4, 4, 512), (3, 3, 512, 512)),
     ]
     rows = []
     for label, op, x_shape, k_shape in cases:

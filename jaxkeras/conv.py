@@ -87,7 +87,12 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
         loop_conv_lowering(kernel.shape[-1], kernel.shape[-2])
         if in_loop_body()
         else lowerings.conv_lowering(
-            "cpu", kernel.ndim - 2, kernel.shape[-1], kernel.shape[-2], kernel.shape[:-2]
+            "cpu",
+            kernel.ndim - 2,
+            kernel.shape[-1],
+            kernel.shape[-2],
+            kernel.shape[:-2],
+            [x.shape[a] for a in spatial_axes(kernel.ndim - 2, data_format)],
         ),
         (x, kernel),
         strides,

@@ -134,6 +134,11 @@ def test_conv_lowering_policy():
         assert conv_lowering.conv_lowering("cpu", n, 64, 64, (1,) * n) == "im2col"
     assert conv_lowering.conv_lowering("cpu", 2, 64, 64, (1, 3)) == "lax"
     assert conv_lowering.conv_lowering("cuda", 2, 64, 64, (1, 1)) == "lax"
+    # images no larger than the window (VGG16's last stage on 32x32 inputs): one matmul
+    tiny = [conv_lowering.conv_lowering("cpu", 2, 512, 512, (3, 3), (s, s)) for s in (1, 2, 3, 4)]
+    assert tiny == ["im2col", "im2col", "im2col", "lax"]
+    assert conv_lowering.conv_lowering("cpu", 1, 64, 64, (3,), (3,)) == "im2col"
+    assert conv_lowering.conv_lowering("cuda", 2, 512, 512, (3, 3), (2, 2)) == "lax"
     platforms = ("cuda", "rocm", "tpu")
     choices = {
         conv_lowering.conv_lowering(p, n, f, 40)
@@ -215,7 +220,9 @@ def test_auto_conv_lowering_is_decided_per_platform(n):
     x, w = conv_inputs(n, "channels_last")
     for platform in ("cpu", "cuda", "tpu"):
         text = lowered_for(platform, lambda a: CONV_OPS[n](a, w, padding="same"), x)
-        chosen = conv_lowering.conv_lowering(platform, n, w.shape[-1], w.shape[-2], w.shape[:-2])
+        chosen = conv_lowering.conv_lowering(
+            platform, n, w.shape[-1], w.shape[-2], w.shape[:-2], x.shape[1:-1]
+        )
         assert ("convolution" in text) == (chosen == "lax"), platform
 
 
@@ -233,6 +240,20 @@ def test_auto_pointwise_conv2d_is_one_matmul_on_cpu_with_lax_gradients(data_form
     y_lax, back_lax = jax.vjp(lambda a, k: fn(a, k, "lax"), x, w)
     np.testing.assert_allclose(np.asarray(y), np.asarray(y_lax), rtol=1e-5, atol=1e-6)
     ct = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
+    for got, want in zip(back(ct), back_lax(ct)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+def test_auto_conv2d_of_an_image_smaller_than_its_window_is_one_matmul_on_cpu():
+    x, w = uniform(4, 2, 2, 16), uniform(3, 3, 16, 32)
+    fn = lambda a, k, low: K.conv2d(a, k, padding="same", lowering=low)  # noqa: E731
+    text = lowered_for("cpu", lambda a: fn(a, w, "auto"), x)
+    assert "convolution" not in text and "dot_general" in text
+    assert "convolution" in lowered_for("cuda", lambda a: fn(a, w, "auto"), x)
+    y, back = jax.vjp(lambda a, k: fn(a, k, "auto"), x, w)
+    y_lax, back_lax = jax.vjp(lambda a, k: fn(a, k, "lax"), x, w)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_lax), rtol=1e-5, atol=1e-5)
+    ct = np.random.default_rng(3).standard_normal(y.shape).astype(np.float32)
     for got, want in zip(back(ct), back_lax(ct)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
