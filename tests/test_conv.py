@@ -233,27 +233,26 @@ def test_auto_pointwise_conv2d_is_one_matmul_on_cpu_with_lax_gradients(data_form
     c_in = x.shape[-1] if data_format == "channels_last" else x.shape[1]
     w = uniform(1, 1, c_in, 16)
     fn = lambda a, k, low: K.conv2d(a, k, (strides,) * 2, "same", data_format, lowering=low)  # noqa: E731
-    text = lowered_for("cpu", lambda a: fn(a, w, "auto"), x)
-    assert "convolution" not in text and "dot_general" in text
-    assert "convolution" in lowered_for("cuda", lambda a: fn(a, w, "auto"), x)
-    y, back = jax.vjp(lambda a, k: fn(a, k, "auto"), x, w)
-    y_lax, back_lax = jax.vjp(lambda a, k: fn(a, k, "lax"), x, w)
-    np.testing.assert_allclose(np.asarray(y), np.asarray(y_lax), rtol=1e-5, atol=1e-6)
-    ct = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
-    for got, want in zip(back(ct), back_lax(ct)):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    _check_auto_is_one_matmul_on_cpu(fn, x, w)
 
 
 def test_auto_conv2d_of_an_image_smaller_than_its_window_is_one_matmul_on_cpu():
     x, w = uniform(4, 2, 2, 16), uniform(3, 3, 16, 32)
-    fn = lambda a, k, low: K.conv2d(a, k, padding="same", lowering=low)  # noqa: E731
+    _check_auto_is_one_matmul_on_cpu(
+        lambda a, k, low: K.conv2d(a, k, padding="same", lowering=low), x, w
+    )
+
+
+def _check_auto_is_one_matmul_on_cpu(fn, x, w):
+    """``fn(x, w, 'auto')`` lowers to a matmul on CPU and to XLA's convolution on CUDA, and
+    agrees with ``'lax'`` in value and in both gradients."""
     text = lowered_for("cpu", lambda a: fn(a, w, "auto"), x)
     assert "convolution" not in text and "dot_general" in text
     assert "convolution" in lowered_for("cuda", lambda a: fn(a, w, "auto"), x)
     y, back = jax.vjp(lambda a, k: fn(a, k, "auto"), x, w)
     y_lax, back_lax = jax.vjp(lambda a, k: fn(a, k, "lax"), x, w)
     np.testing.assert_allclose(np.asarray(y), np.asarray(y_lax), rtol=1e-5, atol=1e-5)
-    ct = np.random.default_rng(3).standard_normal(y.shape).astype(np.float32)
+    ct = np.random.default_rng(2).standard_normal(y.shape).astype(np.float32)
     for got, want in zip(back(ct), back_lax(ct)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
