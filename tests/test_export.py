@@ -20,7 +20,6 @@ RNG = np.random.default_rng(0)
 # a fresh process: JAX and NumPy only, which it checks
 SERVE = r"""
 import json, sys
-import jax
 import numpy as np
 import jax
 with open(sys.argv[1], "rb") as f:
@@ -110,7 +109,6 @@ def test_bad_arguments_name_themselves():
 
 KERAS_EXPORT = r"""
 import json, sys
-import jax
 import numpy as np
 import keras
 from keras import layers
