@@ -313,6 +313,29 @@ def cold_weight_draws(rounds: int) -> Row:
     )
 
 
+def _rounds(quick: bool) -> int:
+    """Timed rounds of each figure."""
+    return 9 if quick else 21
+
+
+def call_rows(quick: bool = False) -> list[Row]:
+    """Figures 1-3: a tiny function's call, eager ops and a call's cost per updated variable
+    (what ``make gpu-check`` reports of this module).
+
+    Args:
+        quick: fewer repetitions.
+
+    Returns:
+        Their rows.
+    """
+    rounds = _rounds(quick)
+    rows = [
+        call_overhead(rounds, 300 if quick else 1000),
+        *eager_overhead(rounds, 100 if quick else 300),
+    ]
+    return rows + variable_scaling(rounds, 20 if quick else 50)
+
+
 def main(quick: bool = False) -> list[Row]:
     """Measures every figure of this module.
 
@@ -322,13 +345,8 @@ def main(quick: bool = False) -> list[Row]:
     Returns:
         The rows of the results table.
     """
-    rounds = 9 if quick else 21
-    rows = [
-        call_overhead(rounds, 300 if quick else 1000),
-        *eager_overhead(rounds, 100 if quick else 300),
-    ]
-    rows += variable_scaling(rounds, 20 if quick else 50)
-    rows += read_scaling(rounds, 20 if quick else 50)
+    rows = call_rows(quick)
+    rows += read_scaling(_rounds(quick), 20 if quick else 50)
     rows.append(train_step_memory())
     rows.append(cold_weight_draws(3 if quick else 7))
     return rows

@@ -70,10 +70,7 @@ def main(quick: bool = False) -> list[Row]:
     rows = bench_steps.main(quick)
     rows += bench_mixed.main(quick)
     rows += bench_multistep.main(quick)
-    rounds = 9 if quick else 21
-    rows.append(bench_overhead.call_overhead(rounds, 300 if quick else 1000))
-    rows += bench_overhead.eager_overhead(rounds, 100 if quick else 300)
-    rows += bench_overhead.variable_scaling(rounds, 20 if quick else 50)
+    rows += bench_overhead.call_rows(quick)
     rows.append(fit)
     return rows
 
