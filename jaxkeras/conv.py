@@ -22,7 +22,7 @@ from jaxkeras._ops.spatial import (
     in_loop_body,
     lower,
     output_size,
-    spatial_axes,
+    spatial_sizes,
     window_pads,
 )
 from jaxkeras._xla import conv_lowering as lowerings
@@ -64,7 +64,7 @@ __all__ = [
 
 def _pads_for(x, kernel, strides, padding, dilation, data_format):
     n = kernel.ndim - 2
-    sizes = [x.shape[a] for a in spatial_axes(n, data_format)]
+    sizes = spatial_sizes(x.shape, n, data_format)
     return window_pads(sizes, kernel.shape[:n], strides, dilation, padding)
 
 
@@ -92,7 +92,7 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
             kernel.shape[-1],
             kernel.shape[-2],
             kernel.shape[:-2],
-            [x.shape[a] for a in spatial_axes(kernel.ndim - 2, data_format)],
+            spatial_sizes(x.shape, kernel.ndim - 2, data_format),
         ),
         (x, kernel),
         strides,
@@ -153,7 +153,7 @@ def _conv_transpose(x, kernel, out_sizes, strides, padding, dilation, data_forma
     x, kernel = common_dtype(x, kernel)
     n = kernel.ndim - 2
     out_sizes = [int(s) for s in out_sizes]
-    in_sizes = [x.shape[a] for a in spatial_axes(n, data_format)]
+    in_sizes = spatial_sizes(x.shape, n, data_format)
     return lower(
         lowerings.TRANSPOSE,
         lowering,
@@ -218,7 +218,7 @@ class _Spec:
     @property
     def sizes(self) -> list[int | None]:
         """The input spatial sizes, ``None`` where unknown."""
-        return [self.x_shape[a] for a in spatial_axes(self.n, self.data_format)]
+        return spatial_sizes(self.x_shape, self.n, self.data_format)
 
     def kernel(self, kernel: Any, layout: str, arg: str = "kernel") -> tuple:
         """The static shape of a kernel, after checking its rank against ``layout``."""
@@ -337,7 +337,7 @@ def _transpose(
         _static_size(out[channel_axis(n, spec.data_format)]),
         k_shape[n],
     )
-    out_sizes = [out[a] for a in spatial_axes(n, spec.data_format)]
+    out_sizes = spatial_sizes(out, n, spec.data_format)
     if any(size is None for size in out_sizes):
         raise ValueError(
             f"{fn}: the spatial sizes of output_shape must be given, got {output_shape!r}"

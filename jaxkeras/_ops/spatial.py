@@ -26,6 +26,11 @@ def spatial_axes(n: int, data_format: str) -> tuple[int, ...]:
     return tuple(range(first, first + n))
 
 
+def spatial_sizes(shape: Sequence[Any], n: int, data_format: str) -> list:
+    """The ``n`` spatial sizes of a rank ``n + 2`` shape (``None`` where a size is unknown)."""
+    return [shape[a] for a in spatial_axes(n, data_format)]
+
+
 def channel_axis(n: int, data_format: str) -> int:
     """The channel axis of a rank ``n + 2`` array."""
     return 1 if data_format == "channels_first" else n + 1

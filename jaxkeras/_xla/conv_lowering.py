@@ -38,6 +38,7 @@ from jaxkeras._ops.spatial import (
     output_size,
     pad_spatial,
     spatial_axes,
+    spatial_sizes,
     window_pads,
     window_slice,
     window_slices,
@@ -514,7 +515,7 @@ def transpose_lowering(platform: str, in_sizes: Sequence[int], out_sizes: Sequen
 def _lax_transpose(x, kernel, out_sizes, strides, padding, dilation, data_format):
     """``lax.conv_transpose`` with explicit pads, so any output size in range is reachable."""
     n = kernel.ndim - 2
-    in_sizes = [x.shape[a] for a in spatial_axes(n, data_format)]
+    in_sizes = spatial_sizes(x.shape, n, data_format)
     forward = window_pads(out_sizes, kernel.shape[:n], strides, dilation, padding)
     pads = [
         (effective_size(k, d) - 1 - lo, o - (i - 1) * s - 1 + lo)
