@@ -1,4 +1,5 @@
-"""Keras's settings (floatx, epsilon, image data format), read once from keras.json.
+"""Keras's settings (floatx, epsilon, image data format), read once from keras.json, and the
+one reading of the ``JAXKERAS_*`` yes/no switches (:func:`env_switch`).
 
 The XLA options of the functions jaxkeras compiles live in :mod:`jaxkeras._xla.options`."""
 
@@ -32,6 +33,60 @@ def follow(module: Any) -> None:
     """
     _source["module"] = module
     enable_x64_for(module.floatx())
+
+
+YES_WORDS = ("1", "true", "yes", "on")
+"""The words a ``JAXKERAS_*`` switch reads as yes (any case, surrounding spaces ignored)."""
+NO_WORDS = ("0", "false", "no", "off")
+"""The words a ``JAXKERAS_*`` switch reads as no (any case, surrounding spaces ignored)."""
+
+
+def switch_word(value: str) -> bool | None:
+    """Reads one word of a yes/no switch.
+
+    Args:
+        value: the text, e.g. an environment variable's value.
+
+    Returns:
+        ``True`` for one of :data:`YES_WORDS`, ``False`` for one of :data:`NO_WORDS`, ``None``
+        for anything else (an empty value included).
+    """
+    lowered = value.strip().lower()
+    if lowered in YES_WORDS:
+        return True
+    if lowered in NO_WORDS:
+        return False
+    return None
+
+
+def env_switch(name: str) -> bool | None:
+    """Reads the yes/no environment variable ``name``: the one rule of every ``JAXKERAS_*``
+    switch.
+
+    An unset or empty (blank) variable is not said, so the default applies; a yes or no word
+    (:data:`YES_WORDS`, :data:`NO_WORDS`, any case) says it; anything else is an error.
+
+    Args:
+        name: the variable, e.g. ``"JAXKERAS_EXACT_SUMS"``.
+
+    Returns:
+        ``True`` (yes), ``False`` (no) or ``None`` (not said).
+
+    Raises:
+        ValueError: naming the variable and its value when it is neither empty nor a yes or a
+            no word.
+    """
+    value = os.environ.get(name, "")
+    if not value.strip():
+        return None
+    said = switch_word(value)
+    if said is None:
+        raise ValueError(
+            f"jaxkeras: ${name} must be a yes ({'/'.join(YES_WORDS)}) or a no "
+            f"({'/'.join(NO_WORDS)}), or empty for the default; got {value!r}. "
+            f"Set it to one of those words or unset it."
+        )
+    return said
 
 
 def keras_home() -> str:

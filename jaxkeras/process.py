@@ -29,7 +29,7 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache
 
 from jaxkeras._xla import cpu_memory
-from jaxkeras.config import keras_home
+from jaxkeras.config import keras_home, switch_word
 
 __all__ = [
     "CACHE_ENV",
@@ -42,8 +42,9 @@ __all__ = [
 ]
 
 CACHE_ENV = "JAXKERAS_COMPILATION_CACHE"
-"""Environment variable: a folder for JAX's persistent compilation cache, ``1``/``on`` for
-``jax_cache`` beside keras.json, ``0``/``off`` for none (the default)."""
+"""Environment variable: a folder for JAX's persistent compilation cache, a yes (``1``, ``on``,
+...) for ``jax_cache`` beside keras.json, a no (``0``, ``off``, ...) for none; empty or unset
+leaves it to keras.json (:func:`jaxkeras.config.env_switch` reads the words)."""
 CACHE_KEY = "jax_compilation_cache"
 """keras.json key: a folder, ``true`` (``jax_cache`` beside keras.json) or ``false``."""
 CACHE_MAX_BYTES = 2 * 2**30
@@ -52,14 +53,14 @@ beyond it."""
 CACHE_MIN_COMPILE_SECS = 0.05
 """Compilations shorter than this are not written, unless the program set JAX's own threshold
 (each write costs a few milliseconds; a read saves the compile)."""
-_ON = ("1", "on", "true", "yes")
-_OFF = ("", "0", "off", "false", "no", "none")
 
 
 def compilation_cache_asked(settings: dict[str, Any]) -> str | None:
     """The folder the user asked jaxkeras to keep JAX's compilation cache in, or ``None``.
 
-    ``$JAXKERAS_COMPILATION_CACHE`` wins, then keras.json's ``"jax_compilation_cache"``.
+    ``$JAXKERAS_COMPILATION_CACHE`` wins unless empty, then keras.json's
+    ``"jax_compilation_cache"``. Each takes a folder or a yes/no word
+    (:func:`jaxkeras.config.switch_word`).
 
     Args:
         settings: the keras.json settings.
@@ -68,25 +69,33 @@ def compilation_cache_asked(settings: dict[str, Any]) -> str | None:
         A folder, or ``None`` when not asked for (the default) or turned off.
 
     Raises:
-        ValueError: naming the key and the value when keras.json's is not a folder or a bool.
+        ValueError: naming the key and the value when keras.json's is not a folder or a bool;
+            naming the variable or key when its value is ``none`` (once read as a no).
     """
-    choice = os.environ.get(CACHE_ENV)
-    if choice is None:
-        choice = settings.get(CACHE_KEY)
-        if choice is None or choice is False:
+    choice = os.environ.get(CACHE_ENV, "")
+    where = f"${CACHE_ENV}"
+    if not choice.strip():  # not said: keras.json's
+        choice, where = settings.get(CACHE_KEY), f"keras.json's {CACHE_KEY!r}"
+        if choice is None or choice is False or choice == "":
             return None
         if choice is True:
             return os.path.join(keras_home(), "jax_cache")
-        if not isinstance(choice, str):
+        if not isinstance(choice, str) or not choice.strip():
             raise ValueError(
                 f"jaxkeras: keras.json's {CACHE_KEY!r} must be a folder, true or false, "
                 f"got {choice!r}"
             )
-    lowered = choice.strip().lower()
-    if lowered in _OFF:
-        return None
-    if lowered in _ON:
+    said = switch_word(choice)
+    if said is True:
         return os.path.join(keras_home(), "jax_cache")
+    if said is False:
+        return None
+    if choice.strip().lower() == "none":  # was read as a no before the switches had one rule
+        raise ValueError(
+            f"jaxkeras: {where} is {choice!r}, which is neither a folder nor a switch word: "
+            f"write 0 or off for no compilation cache, or ./{choice.strip()} for a folder of "
+            f"that name"
+        )
     return os.path.expanduser(choice)
 
 

@@ -32,7 +32,6 @@ defaults from the start and have one tier.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +41,7 @@ import jax
 from jaxkeras._engine.ahead import planned_specs
 from jaxkeras._engine.graph import DISTRIBUTION
 from jaxkeras._xla import options
+from jaxkeras.config import env_switch
 
 __all__ = [
     "CALLS_BEFORE_OPTIMIZING",
@@ -78,7 +78,7 @@ def tiered() -> bool:
     """
     if _SWITCH[0] is not None:
         return _SWITCH[0]
-    return os.environ.get(ENV_VAR, "1").strip() not in ("0", "false", "False", "no")
+    return env_switch(ENV_VAR) is not False
 
 
 def optimized_options() -> dict[str, Any] | None:

@@ -438,3 +438,101 @@ def test_the_quick_compiler_options_compute_the_same_bits():
     )
     for a, b in zip(ours([x_value]), theirs(x_value)):
         np.testing.assert_array_equal(a, np.asarray(b))
+
+
+# ---------------------------------------------------------------------------------------------
+# the JAXKERAS_* yes/no switches: one rule (an empty value is not said)
+
+
+def _tiered() -> bool:
+    from jaxkeras import tiers
+
+    return tiers.tiered()
+
+
+def _reuse() -> bool | None:
+    from jaxkeras._xla import cpu_memory
+
+    return cpu_memory.reuse_asked({})
+
+
+def _exact_sums() -> bool:
+    from jaxkeras._xla import summation
+
+    return summation._asked()
+
+
+def _cache() -> str | None:
+    from jaxkeras import process
+
+    return process.compilation_cache_asked({})
+
+
+_DEFAULT_CACHE = os.path.join(os.environ["KERAS_HOME"], "jax_cache")
+
+# (variable, reader, what "" reads as, what a yes reads as, what a no reads as)
+_SWITCHES = [
+    ("JAXKERAS_TIERED_COMPILATION", _tiered, True, True, False),
+    ("JAXKERAS_REUSE_CPU_MEMORY", _reuse, None, True, False),
+    ("JAXKERAS_EXACT_SUMS", _exact_sums, False, True, False),
+    ("JAXKERAS_COMPILATION_CACHE", _cache, None, _DEFAULT_CACHE, None),
+]
+
+
+@pytest.mark.parametrize(("name", "read", "unsaid", "yes", "no"), _SWITCHES)
+@pytest.mark.parametrize(
+    ("value", "means"),
+    [
+        ("", "unsaid"),
+        (" ", "unsaid"),
+        ("0", "no"),
+        ("1", "yes"),
+        ("false", "no"),
+        ("true", "yes"),
+        ("OFF", "no"),
+        (" Yes ", "yes"),
+    ],
+)
+def test_every_switch_reads_one_rule(monkeypatch, name, read, unsaid, yes, no, value, means):
+    from jaxkeras import tiers
+
+    monkeypatch.setattr(tiers, "_SWITCH", [None])  # no set_tiered_compilation in this test
+    monkeypatch.setenv(name, value)
+    assert read() == {"unsaid": unsaid, "yes": yes, "no": no}[means]
+
+
+@pytest.mark.parametrize(("name", "read"), [s[:2] for s in _SWITCHES])
+def test_a_switch_set_to_another_word_names_the_variable_and_the_value(monkeypatch, name, read):
+    from jaxkeras import tiers
+
+    monkeypatch.setattr(tiers, "_SWITCH", [None])
+    bad = "none" if name == "JAXKERAS_COMPILATION_CACHE" else "maybe"  # any other is a folder
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(ValueError, match=rf"\${name}.*'{bad}'"):
+        read()
+
+
+def test_an_empty_switch_leaves_it_to_keras_json(monkeypatch):
+    from jaxkeras import process
+    from jaxkeras._xla import cpu_memory
+
+    monkeypatch.setenv(cpu_memory.REUSE_ENV, "")
+    monkeypatch.setenv(process.CACHE_ENV, "")
+    assert cpu_memory.reuse_asked({cpu_memory.REUSE_KEY: True}) is True
+    assert process.compilation_cache_asked({process.CACHE_KEY: True}) == _DEFAULT_CACHE
+    assert process.compilation_cache_asked({process.CACHE_KEY: ""}) is None
+    monkeypatch.setenv(process.CACHE_ENV, "~/elsewhere")  # anything but a word is a folder
+    assert process.compilation_cache_asked({}) == os.path.expanduser("~/elsewhere")
+
+
+def test_the_switch_rule_itself(monkeypatch):
+    from jaxkeras import config
+
+    monkeypatch.delenv("JAXKERAS_SOME_SWITCH", raising=False)
+    assert config.env_switch("JAXKERAS_SOME_SWITCH") is None
+    assert [config.switch_word(w) for w in config.YES_WORDS] == [True] * 4
+    assert [config.switch_word(w.upper()) for w in config.NO_WORDS] == [False] * 4
+    assert config.switch_word("") is None and config.switch_word("2") is None
+    monkeypatch.setenv("JAXKERAS_SOME_SWITCH", "2")
+    with pytest.raises(ValueError, match=r"\$JAXKERAS_SOME_SWITCH must be a yes.*got '2'"):
+        config.env_switch("JAXKERAS_SOME_SWITCH")

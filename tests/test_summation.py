@@ -191,7 +191,7 @@ def test_the_environment_variable_sets_the_switch_at_import(value: str, said: st
         assert out.returncode == 0 and out.stdout.split()[-1] == said, out.stderr[-2000:]
     else:
         assert out.returncode != 0
-        assert "$JAXKERAS_EXACT_SUMS must be one of" in out.stderr and "'2'" in out.stderr
+        assert "$JAXKERAS_EXACT_SUMS must be a yes" in out.stderr and "'2'" in out.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxkeras.config import env_switch
+
 REUSE_ENV = "JAXKERAS_REUSE_CPU_MEMORY"
 """Environment variable: ``1``/``on``/``true`` asks for memory reuse, ``0``/``off``/``false``
 (the default) leaves malloc and JAX's dispatch as they are."""
@@ -75,8 +77,6 @@ ALIGNMENT = 64
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's <malloc.h>
 _ACCELERATOR_MODULES = ("jax_plugins", "libtpu")
-_OFF = ("0", "off", "false", "no")
-_ON = ("1", "on", "true", "yes")
 _state = {"reusing": False}
 
 
@@ -88,18 +88,15 @@ def reuse_asked(settings: dict[str, Any]) -> bool | None:
         settings: the keras.json settings.
 
     Returns:
-        ``True`` (asked for), ``False`` (turned off) or ``None`` (not said: it is on where it
-        can apply).
+        ``True`` (asked for), ``False`` (turned off) or ``None`` (not said: off).
 
     Raises:
-        ValueError: naming the variable or key and the value, when it is not a yes or a no.
+        ValueError: naming the variable or key and the value, when it is not a yes or a no (an
+            empty variable is not said: keras.json's setting applies).
     """
-    choice = os.environ.get(REUSE_ENV)
-    if choice is not None:
-        lowered = choice.strip().lower()
-        if lowered not in _OFF + _ON:
-            raise ValueError(f"jaxkeras: ${REUSE_ENV} must be one of {_ON + _OFF}, got {choice!r}")
-        return lowered in _ON
+    said = env_switch(REUSE_ENV)
+    if said is not None:
+        return said
     value = settings.get(REUSE_KEY)
     if value is not None and not isinstance(value, bool):
         raise ValueError(

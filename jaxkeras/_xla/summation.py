@@ -35,7 +35,6 @@ layout-independent sums (checked 2026-11-27).
 from __future__ import annotations
 
 import operator
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -43,29 +42,25 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxkeras.config import env_switch
+
 LIMIT = 4096
 """The most summands of a full reduction this module sums."""
 
 ENV = "JAXKERAS_EXACT_SUMS"
-"""Environment variable read at import: ``1``/``on`` turns :func:`exact_sums` on, ``0``/``off``
-(or unset) leaves it off."""
+"""Environment variable read at import: a yes (``1``, ``on``, ...) turns :func:`exact_sums` on; a
+no, an empty value or none leaves it off (:func:`jaxkeras.config.env_switch`)."""
 
 _FLOAT_DTYPES = (jnp.dtype("float32"), jnp.dtype("float64"))
-_ON = ("1", "on", "true", "yes")
-_OFF = ("0", "off", "false", "no", "")
 
 
 def _asked() -> bool:
     """Whether ``$JAXKERAS_EXACT_SUMS`` turns the exact sums on.
 
     Raises:
-        ValueError: naming the variable and its value when it is neither on nor off.
+        ValueError: naming the variable and its value when it is neither a yes, a no nor empty.
     """
-    choice = os.environ.get(ENV, "")
-    lowered = choice.strip().lower()
-    if lowered not in _ON + _OFF:
-        raise ValueError(f"jaxkeras: ${ENV} must be one of {_ON + _OFF[:-1]}, got {choice!r}")
-    return lowered in _ON
+    return env_switch(ENV) is True
 
 
 _ENABLED = [_asked()]
