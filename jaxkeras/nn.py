@@ -76,46 +76,100 @@ def _float_array(x: Any) -> jax.Array:
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(float)
 
 
-@op(name="elu", elementwise=True)
-def _elu(x: Any, alpha: float) -> Any:
-    return jax.nn.elu(_float_array(x), alpha)
+def _parameter(fn: str, arg: str, value: Any, x: Any) -> Any:
+    """An activation's parameter: a number (checked as :func:`check_float` does), or a tensor,
+    variable or array broadcast against ``x`` (as TF-Keras takes them: ``K.relu``'s ``alpha``
+    may hold one slope per unit).
+
+    Args:
+        fn: the function, for messages.
+        arg: the argument's name, for messages.
+        value: the parameter.
+        x: the activation's input, whose shape the parameter must broadcast with.
+
+    Returns:
+        A Python float, or the tensor (a list or tuple as a NumPy array).
+
+    Raises:
+        TypeError: for a string, a boolean or anything else that is not a number or a tensor
+            of numbers.
+        ValueError: for a tensor that does not broadcast with ``x``.
+    """
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value)
+    message = f"{fn}: {arg} must be a number or a tensor of numbers, got {value!r}"
+    if not isinstance(value, (Node, jax.Array, np.ndarray)):
+        try:
+            return check_float(fn, arg, value)
+        except TypeError:
+            raise TypeError(message) from None
+    dtype = value._dtype if isinstance(value, Node) else value.dtype
+    if not jnp.issubdtype(dtype, jnp.integer) and not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(message)
+    check_broadcastable(fn, ("x", arg), x, value)
+    return value
 
 
-def elu(x: Any, alpha: float = 1.0) -> Any:
+def _as_parameter(value: Any, dtype: Any) -> Any:
+    """Inside an op body: a parameter (a number or a tensor) as an array of the compute type,
+    as TF-Keras converts a tensor parameter to the dtype of ``x``."""
+    return jnp.asarray(value).astype(dtype)
+
+
+@op(name="elu", elementwise=True, jit=())
+def _elu(x: Any, alpha: Any) -> Any:
+    x = _float_array(x)
+    return jax.nn.elu(x, _as_parameter(alpha, x.dtype))
+
+
+def elu(x: Any, alpha: Any = 1.0) -> Any:
     """Exponential linear unit: ``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``.
 
     Args:
         x: a tensor or array.
-        alpha: the scale of the negative section (a number).
+        alpha: the scale of the negative section: a number, or (as in TF-Keras) a tensor,
+            variable or array broadcast against ``x`` and cast to its float type.
 
     Returns:
-        A tensor of the shape of ``x``.
+        A tensor of the broadcast shape of ``x`` and ``alpha``.
+
+    Raises:
+        TypeError: when ``alpha`` is neither a number nor a tensor of numbers.
+        ValueError: when ``alpha`` does not broadcast with ``x``.
     """
-    return _elu(x, check_float("elu", "alpha", alpha))
+    return _elu(x, _parameter("elu", "alpha", alpha, x))
 
 
-@op(name="relu", elementwise=True, jit=("alpha",))
-def _relu(x: Any, alpha: float, max_value: float | None, threshold: float) -> Any:
+@op(name="relu", elementwise=True, jit=())
+def _relu(x: Any, alpha: Any, max_value: Any, threshold: Any) -> Any:
     # boolean x meets 0, and integer x the float arguments, in the types standard promotion
-    # gives them, cast to explicitly (so strict promotion accepts them too)
+    # gives them, cast to explicitly (so strict promotion accepts them too); tensor arguments
+    # are cast to that float type, as TF-Keras casts them to the dtype of x. alpha is None for
+    # no leak, max_value for no saturation.
     x = jnp.asarray(x)
     x = x.astype(standard_result_type(x, 0))
-    real = x.astype(standard_result_type(x, threshold))
+    real = x.astype(standard_result_type(x, 0.0))
+    threshold = _as_parameter(threshold, real.dtype)
     out = jnp.where(real > threshold, x, 0)
     if max_value is not None:
-        out = jnp.clip(out.astype(real.dtype), 0, max_value)
-    if alpha != 0:
-        out = out.astype(real.dtype) - alpha * jnp.maximum(threshold - real, 0)
+        out = jnp.clip(out.astype(real.dtype), 0, _as_parameter(max_value, real.dtype))
+    if alpha is not None:
+        leak = _as_parameter(alpha, real.dtype) * jnp.maximum(threshold - real, 0)
+        out = out.astype(real.dtype) - leak
     return out
 
 
-def relu(x: Any, alpha: float = 0.0, max_value: float | None = None, threshold: float = 0.0) -> Any:
+def relu(x: Any, alpha: Any = 0.0, max_value: Any = None, threshold: Any = 0.0) -> Any:
     """Rectified linear unit, with optional leak, saturation and threshold (as TF-Keras).
 
     ``f(x) = max_value`` for ``x >= max_value``, ``x`` for ``threshold < x < max_value`` and
     ``alpha * (x - threshold)`` for ``x <= threshold``. As in TF-Keras, the kept part is clipped
     to ``[0, max_value]`` when ``max_value`` is given, so with a negative ``threshold`` values in
     ``(threshold, 0)`` become 0 in that case (and stay ``x`` without ``max_value``).
+
+    Each of ``alpha``, ``max_value`` and ``threshold`` is a number or, as in TF-Keras and
+    Theano, a tensor, variable or array broadcast against ``x`` (per-unit slopes, as
+    keras-contrib's SReLU uses) and cast to the float type of the result.
 
     Args:
         x: a tensor or array.
@@ -124,17 +178,25 @@ def relu(x: Any, alpha: float = 0.0, max_value: float | None = None, threshold: 
         threshold: the value below which the leaky section starts.
 
     Returns:
-        A tensor of the shape and dtype of ``x``.
+        A tensor of the dtype of ``x`` (float32 for integers given a float ``max_value`` or
+        ``alpha``) and the broadcast shape of ``x`` and the tensor arguments.
+
+    Raises:
+        TypeError: when an argument is neither a number nor a tensor of numbers.
+        ValueError: when a tensor argument does not broadcast with ``x``.
 
     Example:
         >>> K.relu(np.array([-2.0, 1.0, 8.0]), alpha=0.5, max_value=6.0)
         Array([-1.,  1.,  6.], dtype=float32)
+        >>> K.eval(K.relu(K.variable([[-2.0, 0.5, 3.0]]), alpha=K.variable([[0.1, 0.2, 0.3]]),
+        ...               max_value=K.variable([[1.0, 1.0, 1.0]])))
+        array([[-0.2,  0.5,  1. ]], dtype=float32)
     """
-    alpha = check_float("relu", "alpha", alpha)
-    threshold = check_float("relu", "threshold", threshold)
+    alpha = _parameter("relu", "alpha", alpha, x)
+    threshold = _parameter("relu", "threshold", threshold, x)
     if max_value is not None:
-        max_value = check_float("relu", "max_value", max_value)
-    return _relu(x, alpha, max_value, threshold)
+        max_value = _parameter("relu", "max_value", max_value, x)
+    return _relu(x, None if type(alpha) is float and alpha == 0.0 else alpha, max_value, threshold)
 
 
 @op(elementwise=True, jit=())

@@ -139,8 +139,51 @@ def test_activation_bad_arguments():
         K.softmax(X34, axis=2)
     with pytest.raises(TypeError, match="alpha"):
         K.relu(X34, alpha="big")
-    with pytest.raises(TypeError, match="max_value"):
+    with pytest.raises(ValueError, match=r"max_value of shape \(2,\)"):
         K.relu(X34, max_value=[1, 2])
+    with pytest.raises(TypeError, match="threshold must be a number or a tensor"):
+        K.relu(X34, threshold=np.array(["a"]))
+    with pytest.raises(TypeError, match="alpha must be a number or a tensor of numbers, got True"):
+        K.elu(X34, alpha=True)
+    with pytest.raises(ValueError, match=r"elu: x of shape \(3, 4\) and alpha of shape \(3,\)"):
+        K.elu(X34, alpha=K.variable([1.0, 2.0, 3.0]))
+
+
+def test_relu_takes_tensor_parameters_as_tf_keras_does():
+    # keras-contrib's SReLU passes per-unit variables; TF and Theano broadcast them
+    got = K.relu(
+        K.variable([[-2.0, 0.5, 3.0]]),
+        alpha=K.variable([[0.1, 0.2, 0.3]]),
+        max_value=K.variable([[1.0, 1.0, 1.0]]),
+    )
+    np.testing.assert_allclose(K.eval(got), [[-0.2, 0.5, 1.0]], rtol=1e-6)
+    x = away_from(X34, [-0.5, 0.0, 0.5, 1.0, 1.5])
+    alpha = uniform((1, 4), 0.0, 0.5)
+    ceiling = uniform((4,), 1.0, 2.0)
+    threshold = np.array([[-0.5], [0.0], [0.5]], np.float32)
+    # every way: eagerly, K.function, variables, jax.jit
+    check_op(
+        lambda t, a, m, h: K.relu(t, alpha=a, max_value=m, threshold=h),
+        lambda t, a, m, h: np_relu(t, a, m, h),
+        [x, alpha, ceiling, threshold],
+        batch_none=False,
+    )
+    check_op(lambda t, a: K.elu(t, a), np_elu, [x, alpha], batch_none=False)
+    # a float32 parameter is cast to the type of x, and an integer x is relu'd in float32
+    half = K.relu(x.astype(np.float16), alpha=alpha)
+    assert half.dtype == "float16"
+    ints = K.relu(np.array([-2, 0, 3], np.int32), alpha=np.array([0.5, 0.5, 0.5]))
+    assert ints.dtype == "float32"
+    np.testing.assert_array_equal(ints, [-1.0, 0.0, 3.0])
+
+
+def test_relu_slopes_get_gradients():
+    x = np.array([[-2.0, 0.5, 3.0], [-1.0, -4.0, 2.0]], np.float32)
+    slopes = K.variable([0.1, 0.2, 0.3])
+    ph = K.placeholder(shape=(None, 3))
+    loss = K.sum(K.relu(ph, alpha=slopes, max_value=2.5))
+    grad = K.function([ph], K.gradients(loss, [slopes]))([x])[0]
+    np.testing.assert_allclose(grad, [-3.0, -4.0, 0.0])  # d/d alpha: -(sum of max(-x, 0))
 
 
 # ---------------------------------------------------------------------------------------------
