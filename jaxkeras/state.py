@@ -37,6 +37,7 @@ from jaxkeras._engine.store import (
     to_numpy,
 )
 from jaxkeras._engine.store import store as store  # (re-exported: ``state.store()``)
+from jaxkeras._ops.math import cast
 from jaxkeras.checks import check_dtype, check_fits, check_seed, check_variable
 
 # ---------------------------------------------------------------------------------------------
@@ -413,19 +414,41 @@ def update_sub(x: Variable, decrement: Any) -> Any:
     return _make_update("update_sub", x, x - decrement, -decrement)
 
 
+def _in_dtype_of(x: Variable, value: Any) -> Any:
+    """``value`` in variable ``x``'s dtype; a Python number stays one (it takes ``x``'s dtype)."""
+    if type(value) in (int, float) or getattr(value, "dtype", None) == x.dtype:
+        return value
+    return cast(value, x.dtype)
+
+
 def moving_average_update(x: Variable, value: Any, momentum: float) -> Any:
     """Moves variable ``x`` towards ``value``: ``x - (x - value) * (1 - momentum)``.
 
+    Computed in the variable's dtype, as TF-Keras does: ``value`` and ``momentum`` are cast to
+    it (a float16 moving mean takes a float32 batch mean).
+
     Args:
-        x: a variable.
+        x: a floating-point variable.
         value: the new observation, of the variable's shape.
-        momentum: the weight of the old value.
+        momentum: the weight of the old value (a number or a scalar tensor).
 
     Returns:
         A pending :class:`Update` (inside a state scope, the new value).
+
+    Raises:
+        TypeError: when ``x`` is an integer or boolean variable: a moving average does not fit
+            in one (TF-Keras casts ``momentum`` to the variable's dtype, where 0.9 becomes 0, so
+            its "average" of an int variable is an assignment of ``value``).
     """
     check_variable("moving_average_update", "x", x)
-    step = (x - value) * (1.0 - momentum)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(
+            f"moving_average_update: x must be a floating-point variable, got {x.name!r} of "
+            f"dtype {x.dtype}; keep the average in a float variable "
+            f"(K.variable(..., dtype=K.floatx())) and K.cast it where integers are needed"
+        )
+    value, momentum = _in_dtype_of(x, value), _in_dtype_of(x, momentum)
+    step = (x - value) * (1 - momentum)
     return _make_update("moving_average_update", x, x - step, -step)
 
 

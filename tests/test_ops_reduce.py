@@ -180,6 +180,27 @@ def test_l2_normalize_keeps_zero_vectors_at_zero():
     np.testing.assert_allclose(K.l2_normalize(x, axis=1), [[0.0, 0.0], [0.6, 0.8]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "bool"])
+@pytest.mark.parametrize("floatx", ["float32", "float16"])
+def test_l2_normalize_of_integers_is_floatx_under_strict_promotion(dtype, floatx):
+    # TF-Keras raises a TypeError here; jaxkeras normalizes the values as floats, as K.sqrt and
+    # K.softmax of integers give floats (conftest runs this under strict promotion).
+    a = np.array([[3, 4], [0, 0], [1, 0]]).astype(dtype)
+    expected = _np_l2_normalize(a.astype(np.float32), 1)
+    K.set_floatx(floatx)
+    try:
+        eager = K.l2_normalize(a, axis=1)
+        p = K.placeholder((None, 2), dtype=dtype)
+        graph = K.l2_normalize(p, axis=1)
+        (compiled,) = K.function([p], [graph])([a])
+        on_variable = K.eval(K.l2_normalize(K.variable(a, dtype=dtype), axis=-1))
+    finally:
+        K.set_floatx("float32")
+    assert eager.dtype == graph.dtype == compiled.dtype == on_variable.dtype == floatx
+    for got in (eager, compiled, on_variable):
+        np.testing.assert_allclose(np.asarray(got, np.float32), expected, rtol=1e-3)
+
+
 def _np_in_top_k(predictions, targets, k):
     """Hand-written TF rule: fewer than k strictly larger scores, finite row, valid target."""
     result = []

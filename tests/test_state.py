@@ -143,6 +143,34 @@ def test_update_forms_and_formulas():
     np.testing.assert_allclose(K.get_value(x), [3.0 - 2.0 * 0.1, 5.0 - 4.0 * 0.1], rtol=1e-6)
 
 
+def test_moving_average_update_computes_in_the_variables_dtype():
+    # As TF-Keras: the observation and the momentum are cast to the variable's dtype; under
+    # strict promotion (conftest), so no implicit promotion is left.
+    half = K.variable([0.0, 4.0], dtype="float16")
+    p = K.placeholder((2,), dtype="float32")
+    momentum = K.variable(0.5)  # a float32 momentum for a float16 average
+    f = K.function([p], [], updates=[K.moving_average_update(half, p, momentum)])
+    f([np.array([2.0, 0.0], np.float32)])
+    assert K.get_value(half).dtype == np.float16
+    np.testing.assert_array_equal(K.get_value(half), [1.0, 2.0])
+    single = K.variable([10.0, 20.0])
+    K.eval(K.moving_average_update(single, np.array([0, 10], np.int32), 0.9))
+    np.testing.assert_allclose(K.get_value(single), [9.0, 19.0], rtol=1e-6)
+    with K.state_scope({half: jnp.zeros(2, jnp.float16)}) as scope:
+        K.moving_average_update(half, jnp.ones(2, jnp.float32), 0.75)
+    assert scope.values[half.name].dtype == jnp.float16
+    np.testing.assert_array_equal(scope.values[half.name], [0.25, 0.25])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_moving_average_update_of_an_integer_variable_says_what_to_do(dtype):
+    # TF-Keras casts the momentum to the variable's dtype (0 for 0.9), so its "average" of an int
+    # variable is an assignment of the value; jaxkeras refuses it, naming the variable.
+    counts = K.variable([10, 20], dtype=dtype, name="counts")
+    with pytest.raises(TypeError, match=rf"x must be a floating-point.*'counts'.*{dtype}.*float"):
+        K.moving_average_update(counts, np.array([0, 0], dtype), 0.9)
+
+
 def test_update_errors():
     x = K.variable([1.0, 2.0])
     with pytest.raises(TypeError, match="variable"):

@@ -339,15 +339,19 @@ def _l2_normalize(x: Any, axis: tuple | None) -> Any:
 def l2_normalize(x: TensorLike, axis: Axes = None) -> TensorLike:
     """Divides ``x`` by its L2 norm along axes: ``x / sqrt(max(sum(x**2), 1e-12))``.
 
-    The floor of ``1e-12`` on the squared norm keeps zero vectors at zero (no NaN).
+    The floor of ``1e-12`` on the squared norm keeps zero vectors at zero (no NaN). Integers and
+    booleans are normalized as floatx values (TF-Keras raises a ``TypeError`` for them), as
+    ``K.sqrt`` and ``K.softmax`` of integers give floats.
 
     Args:
-        x: a float tensor or variable.
+        x: a tensor or variable.
         axis: ``None`` (all axes), an axis, or a list/tuple of axes.
 
     Returns:
-        A tensor of the shape of ``x``.
+        A tensor of the shape of ``x``: of its dtype for a floating-point ``x``, else floatx.
     """
+    if not jnp.issubdtype(dtype_of(x), jnp.inexact):
+        x = cast(x, floatx())
     return _l2_normalize(x, check_axes_of("l2_normalize", "axis", x, axis))
 
 
