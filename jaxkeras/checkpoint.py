@@ -44,7 +44,10 @@ host (on a CPU, until they are written).
 
 Both formats record the variables' names, dtypes and shapes; a restore checks them all before
 anything is written, and a mismatch raises ``ValueError`` naming every variable that is
-missing, extra, or of another shape or dtype, leaving the store unchanged.
+missing, extra, or of another shape or dtype, leaving the store unchanged. A restore pairs each
+variable with the checkpoint's of its name, or, with ``match="order"``, the i-th variable it is
+given with the i-th saved (for a model built again, whose variables have other names), checked
+by shape and dtype.
 
 orbax-checkpoint is an extra (``pip install jaxkeras[orbax]``), not a dependency: it brings
 packages that jaxkeras does not otherwise install (tensorstore, uvloop, protobuf, msgpack,
@@ -79,12 +82,14 @@ from jax.experimental import sparse
 from jaxkeras import state
 from jaxkeras._engine import graph
 from jaxkeras._engine.store import STORE
-from jaxkeras.checks import check_int
+from jaxkeras.checks import check_choice, check_int
 from jaxkeras.state import Variable
 
 FORMAT = "jaxkeras.checkpoint"
 VERSION = 1
 INSTALL_ORBAX = "pip install jaxkeras[orbax]"
+MATCHES = ("name", "order")
+"""How :func:`restore_checkpoint` pairs its variables with the checkpoint's."""
 _STATE, _META = "state", "meta"  # the items of an Orbax step: the values, and the JSON meta
 
 
@@ -146,28 +151,29 @@ def _listed(names: Sequence[str]) -> str:
     return ", ".join(repr(n) for n in names)
 
 
-def _matched(
-    fn: str,
-    where: str,
-    saved: Mapping[str, Mapping[str, Any]],
-    live: Mapping[str, Any],
-    names: list[str] | None,
-) -> list[str]:
-    """The names of the variables to restore, after checking them against the checkpoint.
+def _differs(current: Any, entry: Mapping[str, Any]) -> str | None:
+    """How a live value differs from a checkpoint entry (shape first, then dtype), or ``None``."""
+    shape, dtype = tuple(entry["shape"]), entry["dtype"]
+    if shape != tuple(current.shape):
+        return f"has shape {tuple(current.shape)}, but the checkpoint holds shape {shape}"
+    if dtype != jnp.dtype(current.dtype).name:
+        return f"has dtype {jnp.dtype(current.dtype).name}, but the checkpoint holds dtype {dtype}"
+    return None
+
+
+def _by_name(
+    saved: Mapping[str, Mapping[str, Any]], live: Mapping[str, Any], names: list[str] | None
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """``match="name"``: each variable takes the checkpoint's variable of its name.
 
     Args:
-        fn: the caller's name, for messages.
-        where: the checkpoint's path (and step), for messages.
         saved: variable name -> its entry in the checkpoint (dtype, shape).
         live: variable name -> its stored value, for every live variable.
         names: the variables asked for, or ``None``: exactly the live ones, which must be
             the checkpoint's.
 
     Returns:
-        The names to restore.
-
-    Raises:
-        ValueError: naming every variable that is missing, extra, or of another shape or dtype.
+        The (live name, checkpoint name) pairs to restore, and the problems found.
     """
     problems = []
     if names is None:
@@ -182,26 +188,99 @@ def _matched(
         if name not in live:
             problems.append(f"no live variable is named {name!r}")
         elif name not in saved:
-            problems.append(f"variable {name!r} is not in the checkpoint")
+            problems.append(
+                f"variable {name!r} is not in the checkpoint (a model built again has other "
+                "names: pass its variables in the order they were saved, with match='order')"
+            )
         else:
-            current, entry = live[name], saved[name]
-            shape, dtype = tuple(entry["shape"]), entry["dtype"]
-            if shape != tuple(current.shape):
-                problems.append(
-                    f"variable {name!r} has shape {tuple(current.shape)}, but the checkpoint "
-                    f"holds shape {shape}"
-                )
-            elif dtype != jnp.dtype(current.dtype).name:
-                problems.append(
-                    f"variable {name!r} has dtype {jnp.dtype(current.dtype).name}, but the "
-                    f"checkpoint holds dtype {dtype}"
-                )
+            differs = _differs(live[name], saved[name])
+            if differs:
+                problems.append(f"variable {name!r} {differs}")
+    return [(name, name) for name in names], problems
+
+
+def _by_order(
+    saved: Sequence[tuple[str, Mapping[str, Any]]],
+    live: Mapping[str, Any],
+    names: list[str] | None,
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """``match="order"``: the i-th variable takes the checkpoint's i-th variable.
+
+    Args:
+        saved: the checkpoint's (name, entry) pairs, in the order they were saved.
+        live: variable name -> its stored value, for every live variable.
+        names: the variables asked for, as many as the checkpoint holds.
+
+    Returns:
+        The (live name, checkpoint name) pairs to restore, and the problems found.
+    """
+    if names is None:
+        return [], [
+            "match='order' needs variables=[...], listed in the order they were saved "
+            "(save_checkpoint(path, model.weights), then restore_checkpoint(path, "
+            "other_model.weights, match='order'))"
+        ]
+    problems = []
+    if len(names) != len(saved):
+        problems.append(
+            f"variables lists {len(names)} variable{'s' * (len(names) != 1)}, but the "
+            f"checkpoint holds {len(saved)}: pass the same list as was saved"
+        )
+    seen = set()
+    for i, (name, (saved_name, entry)) in enumerate(zip(names, saved)):
+        if name in seen:
+            problems.append(f"variables[{i}] {name!r} is listed twice")
+        seen.add(name)
+        if name not in live:
+            problems.append(f"variables[{i}]: no live variable is named {name!r}")
+            continue
+        differs = _differs(live[name], entry)
+        if differs:
+            problems.append(
+                f"variables[{i}] {name!r} {differs} (the checkpoint's variable {i}, saved as "
+                f"{saved_name!r})"
+            )
+    return list(zip(names, (saved_name for saved_name, _ in saved))), problems
+
+
+def _paired(
+    fn: str,
+    where: str,
+    saved: Sequence[tuple[str, Mapping[str, Any]]],
+    live: Mapping[str, Any],
+    names: list[str] | None,
+    match: str,
+) -> list[tuple[str, str]]:
+    """The variables to restore, paired with the checkpoint's, after checking them all.
+
+    Args:
+        fn: the caller's name, for messages.
+        where: the checkpoint's path (and step), for messages.
+        saved: the checkpoint's (name, entry) pairs, in the order they were saved.
+        live: variable name -> its stored value, for every live variable.
+        names: the variables asked for, or ``None``.
+        match: ``"name"`` or ``"order"`` (see :func:`restore_checkpoint`).
+
+    Returns:
+        (live name, checkpoint name) pairs.
+
+    Raises:
+        ValueError: naming every variable that is missing, extra, or of another shape or dtype.
+    """
+    if match == "name":
+        pairs, problems = _by_name(dict(saved), live, names)
+    else:
+        pairs, problems = _by_order(saved, live, names)
     if problems:
         raise ValueError(
             f"{fn}: checkpoint {where} does not match the variables (nothing was restored): "
             + "; ".join(problems)
         )
-    return names
+    return pairs
+
+
+def _match(fn: str, match: Any) -> str:
+    return check_choice(fn, "match", match, MATCHES)
 
 
 def _from_host(array: np.ndarray, current: Any) -> Any:
@@ -272,16 +351,16 @@ def _read_npz(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return meta, arrays
 
 
-def _restore_npz(path: str, variables: Sequence[Variable | str] | None) -> None:
+def _restore_npz(path: str, variables: Sequence[Variable | str] | None, match: str) -> None:
     names = _names("restore_checkpoint", variables)
     meta, arrays = _read_npz(path)
     saved = dict(meta["variables"])
     with STORE.lock.write():
         live = {n: STORE.read(n) for n in STORE.names()}
-        names = _matched("restore_checkpoint", repr(path), saved, live, names)
+        pairs = _paired("restore_checkpoint", repr(path), meta["variables"], live, names, match)
         new = {}
-        for name in names:
-            bits, dtype = arrays[name], jnp.dtype(saved[name]["dtype"])
+        for name, saved_name in pairs:
+            bits, dtype = arrays[saved_name], jnp.dtype(saved[saved_name]["dtype"])
             new[name] = _from_host(bits.view(dtype) if bits.dtype != dtype else bits, live[name])
         STORE.write(new)
         STORE.set_rng_state(meta["rng"])
@@ -472,7 +551,10 @@ class CheckpointManager:
             manager.save(step, args=self._ocp.args.Composite(**items))
 
     def restore(
-        self, step: int | None = None, variables: Sequence[Variable | str] | None = None
+        self,
+        step: int | None = None,
+        variables: Sequence[Variable | str] | None = None,
+        match: str = "name",
     ) -> int:
         """Restores the variables and the random-number state saved as ``step``.
 
@@ -482,22 +564,29 @@ class CheckpointManager:
 
         Args:
             step: the step to restore; default the latest.
-            variables: the variables (or their names) to restore, each of which must be in the
-                checkpoint; default exactly the live variables, which must be the checkpoint's.
+            variables: the variables (or their names) to restore; default exactly the live
+                variables, which must be the checkpoint's.
+            match: how ``variables`` find theirs in the checkpoint: ``"name"`` (the default)
+                or ``"order"`` (see :func:`restore_checkpoint`).
 
         Returns:
             The step restored.
 
         Raises:
-            ValueError: when there is no such step, or naming every variable that is missing,
-                extra, or of another shape or dtype.
+            ValueError: when there is no such step, for an unknown ``match``, or naming every
+                variable that is missing, extra, or of another shape or dtype.
         """
-        return self._restore("CheckpointManager.restore", step, variables)
+        return self._restore("CheckpointManager.restore", step, variables, match)
 
     def _restore(
-        self, fn: str, step: int | None, variables: Sequence[Variable | str] | None
+        self,
+        fn: str,
+        step: int | None,
+        variables: Sequence[Variable | str] | None,
+        match: str,
     ) -> int:
         """:meth:`restore`, its messages naming ``fn``."""
+        match = _match(fn, match)
         with self._lock:
             manager = self._open("restore")
             manager.wait_until_finished()
@@ -513,10 +602,12 @@ class CheckpointManager:
                         f"{fn}: {self._directory!r} holds no step {step!r} (its steps: "
                         f"{sorted(steps)})"
                     )
-            self._restore_step(fn, step, variables)
+            self._restore_step(fn, step, variables, match)
             return step
 
-    def _restore_step(self, fn: str, step: int, variables: Sequence[Variable | str] | None) -> None:
+    def _restore_step(
+        self, fn: str, step: int, variables: Sequence[Variable | str] | None, match: str
+    ) -> None:
         ocp = self._ocp
         where = f"{os.path.join(self._directory, str(step))!r}"
         names = _names(fn, variables)
@@ -528,11 +619,10 @@ class CheckpointManager:
         except (OSError, KeyError, ValueError) as err:
             raise ValueError(f"{fn}: cannot read checkpoint {where}: {err}") from None
         index = {name: i for i, (name, _) in enumerate(meta["variables"])}
-        saved = dict(meta["variables"])
         with STORE.lock.write():
             live = {n: STORE.read(n) for n in STORE.names()}
-            names = _matched(fn, where, saved, live, names)
-            targets = {f"v{index[n]}": _target(ocp, live[n]) for n in names}
+            pairs = _paired(fn, where, meta["variables"], live, names, match)
+            targets = {f"v{index[saved]}": _target(ocp, live[n]) for n, saved in pairs}
             restored = {}
             if targets:
                 args = ocp.args.PyTreeRestore(
@@ -544,8 +634,8 @@ class CheckpointManager:
                     _STATE
                 ]
             new = {}
-            for name in names:
-                value, current = restored[f"v{index[name]}"], live[name]
+            for name, saved_name in pairs:
+                value, current = restored[f"v{index[saved_name]}"], live[name]
                 new[name] = value if isinstance(value, jax.Array) else _from_host(value, current)
             STORE.write(new)
             STORE.set_rng_state(meta["rng"])
@@ -616,7 +706,9 @@ def save_checkpoint(
 
 
 def restore_checkpoint(
-    path: str | os.PathLike, variables: Sequence[Variable | str] | None = None
+    path: str | os.PathLike,
+    variables: Sequence[Variable | str] | None = None,
+    match: str = "name",
 ) -> None:
     """Restores the variables and the random-number state saved by :func:`save_checkpoint`
     (from a directory: its latest step, so a :class:`CheckpointManager`'s directory works too).
@@ -624,21 +716,36 @@ def restore_checkpoint(
     Each variable is read onto the devices, with the sharding, its value has now. Everything
     is checked before anything is written: on error the store is unchanged.
 
+    A model built again in the same process has other variable names (``dense_2/kernel`` for
+    ``dense_1/kernel``): save its variables as a list, and restore them into the new model's
+    list, in the same order, with ``match="order"``:
+
+    .. code-block:: python
+
+        K.save_checkpoint(path, model.weights)
+        K.restore_checkpoint(path, twin.weights, match="order")
+
     Args:
         path: the checkpoint's ``.npz`` file or directory.
-        variables: the variables (or their names) to restore, each of which must be in the
-            checkpoint; default exactly the live variables, which must be the checkpoint's.
+        variables: the variables (or their names) to restore; default exactly the live
+            variables, which must be the checkpoint's.
+        match: ``"name"`` (the default): each variable takes the checkpoint's variable of its
+            name, which must be there. ``"order"``: ``variables`` (required) lists as many
+            variables as the checkpoint holds, and the i-th takes the i-th saved, whatever
+            their names; each pair must agree in shape and dtype.
 
     Raises:
-        ValueError: naming every variable that is missing, extra, or of another shape or
-            dtype, or naming the path when it holds no readable checkpoint.
+        ValueError: for an unknown ``match``, naming every variable that is missing, extra, or
+            of another shape or dtype (with ``match="order"``, every pair that disagrees and a
+            count that differs), or naming the path when it holds no readable checkpoint.
         ImportError: for a directory, when orbax-checkpoint is not installed.
     """
     path = os.fspath(path)
+    match = _match("restore_checkpoint", match)
     if _is_npz(path):
-        _restore_npz(path, variables)
+        _restore_npz(path, variables, match)
         return
     if not os.path.isdir(path):
         raise ValueError(f"restore_checkpoint: no checkpoint directory at path={path!r}")
     with CheckpointManager(path, read_only=True) as manager:
-        manager._restore("restore_checkpoint", None, variables)
+        manager._restore("restore_checkpoint", None, variables, match)

@@ -662,3 +662,83 @@ def test_two_processes_restore_onto_another_mesh(hosts):
         }
         assert all(all(shards) for shards in r["restored_shards_equal"].values())
         assert len(r["restored_shards_equal"]["w0"]) == 4  # its 4 devices' shards
+
+
+# ---------------------------------------------------------------------------------------------
+# restoring into a model built again (other names): match="order"
+
+
+def _model(prefix: str = "dense") -> list:
+    """A model's variables as a new user builds them twice in one process: the second time
+    they get other names (``dense/kernel_1``), as Keras's layers get ``dense_2/kernel``."""
+    return [
+        K.variable(np.zeros((3, 2)), name=f"{prefix}/kernel"),
+        K.variable(np.zeros(2), name=f"{prefix}/bias"),
+        K.variable(0, dtype="int32", name="iterations"),
+    ]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_model_built_again_restores_by_order(tmp_path, fmt):
+    path = _path(tmp_path, fmt)
+    first = _model()
+    trained = [np.arange(6.0).reshape(3, 2), np.array([0.5, -0.5]), np.int32(7)]
+    K.batch_set_value(list(zip(first, trained)))
+    K.save_checkpoint(path, first)
+    twin = _model()
+    assert [v.name for v in twin] != [v.name for v in first]
+    with pytest.raises(ValueError, match=r"'dense/kernel_1' is not in the checkpoint.*'order'"):
+        K.restore_checkpoint(path, twin)
+    K.restore_checkpoint(path, twin, match="order")
+    for variable, value in zip(twin, trained):
+        np.testing.assert_array_equal(K.get_value(variable), value)
+    K.set_value(first[0], np.zeros((3, 2)))  # restoring by name still works
+    K.restore_checkpoint(path, first)
+    np.testing.assert_array_equal(K.get_value(first[0]), trained[0])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_order_mismatch_is_named_and_nothing_is_restored(tmp_path, fmt):
+    path = _path(tmp_path, fmt)
+    first = _model()
+    K.save_checkpoint(path, first)
+    other = [
+        K.variable(np.full((2, 3), 9.0), name="other/kernel"),  # transposed
+        K.variable(np.full(2, 9.0), dtype="float16", name="other/bias"),
+        K.variable(9, dtype="int32", name="other/steps"),
+        K.variable(9.0, name="other/extra"),
+    ]
+    with pytest.raises(ValueError) as info:
+        K.restore_checkpoint(path, other, match="order")
+    message = str(info.value)
+    assert "variables lists 4 variables, but the checkpoint holds 3" in message
+    assert (
+        "variables[0] 'other/kernel' has shape (2, 3), but the checkpoint holds shape (3, 2) "
+        "(the checkpoint's variable 0, saved as 'dense/kernel')" in message
+    )
+    assert "variables[1] 'other/bias' has dtype float16, but the checkpoint holds dtype" in message
+    assert "other/steps" not in message  # an int32 scalar, as saved
+    for variable in other:
+        assert np.all(K.get_value(variable) == 9)  # nothing restored
+    with pytest.raises(ValueError, match=r"variables\[1\] 'other/kernel' is listed twice"):
+        K.restore_checkpoint(path, [other[0], other[0], other[2]], match="order")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_match_is_checked(tmp_path, fmt):
+    path = _path(tmp_path, fmt)
+    K.save_checkpoint(path, _model())
+    with pytest.raises(ValueError, match=r"match='order' needs variables=\[\.\.\.\]"):
+        K.restore_checkpoint(path, match="order")
+    with pytest.raises(ValueError, match=r"match must be one of \('name', 'order'\), got 'shape'"):
+        K.restore_checkpoint(path, match="shape")
+
+
+def test_the_manager_restores_by_order(tmp_path):
+    first = _model()
+    K.set_value(first[1], [1.0, 2.0])
+    with CheckpointManager(tmp_path / "run", asynchronous=False) as manager:
+        manager.save(3, first)
+        twin = _model()
+        assert manager.restore(variables=twin, match="order") == 3
+    np.testing.assert_array_equal(K.get_value(twin[1]), [1.0, 2.0])
