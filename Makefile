@@ -1,7 +1,17 @@
 # Set-up and checks for jaxkeras. Each target creates .venv when it is missing.
+# PY picks the interpreter: the default python3 gets .venv, any other its own venv
+# (make test PY=python3.13: .venv-python3.13), each with the JAX that interpreter resolves.
 PY ?= python3
+ifeq ($(PY),python3)
 VENV := .venv
+else
+VENV := .venv-$(notdir $(PY))
+endif
 BIN := $(VENV)/bin
+# A shell command that prints the path of interpreter $(1): $(1) itself where it runs, else
+# the one pyenv has installed under that name (pyenv's shims run only the versions it selects)
+FIND_PY = { $(1) -c 'import sys; print(sys.executable)' 2>/dev/null || \
+	PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | tr '\n' :) pyenv which $(1) 2>/dev/null; }
 STAMP := $(VENV)/.installed-dev
 # Keras 2.3.1's own test tree, from its source distribution on PyPI (never committed)
 KERAS_TESTS := $(VENV)/keras-2.3.1-tests
@@ -9,10 +19,16 @@ KERAS_SUITE := $(KERAS_TESTS)/tests/conftest.py
 
 BENCH_VENV := .venv-bench
 
-.PHONY: test demo lint docs bench bench-quick gpu-check clean
+.PHONY: test test-fast test-matrix demo lint docs bench bench-quick gpu-check clean
+
+# The Pythons pyproject.toml's classifiers name; test-matrix runs make test on each this
+# machine has. Make rather than nox or tox: nothing more to install, and the same venvs and
+# targets as make test PY=...
+PYTHONS := 3.10 3.11 3.12 3.13
 
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
+	@python=$$($(call FIND_PY,$(PY))) || { echo "make: no $(PY) on this machine" >&2; exit 1; }; \
+	echo "$$python -m venv $(VENV)"; $$python -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
@@ -26,9 +42,30 @@ $(KERAS_SUITE): | $(BIN)/python
 		Keras-2.3.1/tests
 	rm $(KERAS_TESTS)/Keras-2.3.1.tar.gz
 
+# the tests find this venv's Keras 2.3.1 tree through JAXKERAS_KERAS_TESTS
+RUN_TESTS := JAXKERAS_KERAS_TESTS=$(abspath $(KERAS_TESTS)) $(BIN)/python -m pytest
+
 test: $(STAMP) $(KERAS_SUITE)
-	$(BIN)/python -m pytest -n 2 tests
+	$(RUN_TESTS) -n 2 tests
 	$(BIN)/python -m pytest -p no:cacheprovider --doctest-modules jaxkeras
+
+# The fast suite (what CI runs on the newest Python): the tests not marked slow, then Keras
+# 2.3.1's own suite (marked slow; alone, as it runs its two workers itself)
+test-fast: $(STAMP) $(KERAS_SUITE)
+	$(RUN_TESTS) -n 2 -m "not slow" tests
+	$(RUN_TESTS) tests/test_keras2_suite.py
+
+# make test on each supported Python this machine has (the default python3's in .venv)
+test-matrix:
+	@default=$$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])'); failed=; \
+	for v in $(PYTHONS); do \
+		if [ "$$v" = "$$default" ]; then py=python3; \
+		elif $(call FIND_PY,python$$v) >/dev/null; then py=python$$v; \
+		else echo "test-matrix: no python$$v on this machine, skipped"; continue; fi; \
+		echo "test-matrix: Python $$v ($$py)"; \
+		$(MAKE) --no-print-directory test PY=$$py || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-matrix: failed on Python$$failed" >&2; exit 1; fi
 
 demo: $(STAMP)
 	$(BIN)/python examples/digits_demo.py

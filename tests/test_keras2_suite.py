@@ -1,7 +1,8 @@
 """Keras 2.3.1's own test tree (backend, layers, engine, optimizers, ...), run against jaxkeras.
 
-``make test`` extracts ``tests/`` from the Keras 2.3.1 source distribution on PyPI into
-``.venv/keras-2.3.1-tests/`` (never committed). The tree runs in one subprocess, two xdist
+``make test`` extracts ``tests/`` from the Keras 2.3.1 source distribution on PyPI into its
+venv's ``keras-2.3.1-tests/`` (``.venv/`` for the default python3, never committed) and names
+it in ``JAXKERAS_KERAS_TESTS``. The tree runs in one subprocess, two xdist
 workers, with ``KERAS_BACKEND=jaxkeras``, JAX's strict dtype promotion (set by conftest.py)
 and the plugin ``tests/keras2_suite_plugin.py`` (which also clears the session after each
 test, as Keras's conftest does only for TensorFlow). Every test must pass or be skipped by
