@@ -11,8 +11,10 @@ failing call changes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -249,6 +251,26 @@ class NarrowedDtypeWarning(UserWarning):
 
 
 _NARROWING = {"warned": False}
+_UNANNOUNCED = contextvars.ContextVar("jaxkeras_unannounced_narrowing", default=False)
+
+
+@contextlib.contextmanager
+def unannounced_narrowing() -> Iterator[None]:
+    """Narrows the 64-bit requests made in the block (in this thread) without the
+    :class:`NarrowedDtypeWarning`, which stays due for the next request made outside one.
+
+    For what a library asks for on its own behalf, which its user cannot change: Keras 2's
+    optimizers make their step counter ``iterations`` an int64 variable (``jaxkeras.keras2``
+    creates it in such a block). In int32 it counts exactly to ``2**31 - 1`` steps.
+
+    Returns:
+        A context manager.
+    """
+    token = _UNANNOUNCED.set(True)
+    try:
+        yield
+    finally:
+        _UNANNOUNCED.reset(token)
 
 
 def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dtype") -> str:
@@ -258,7 +280,8 @@ def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dty
     ``float64``, ``complex128``) is narrowed to its 32-bit counterpart, as JAX itself and
     Keras 3 on JAX do, with one :class:`NarrowedDtypeWarning` per process saying how to get
     64-bit types: jaxkeras never turns on 64-bit mode for the whole process behind the
-    user's back (Keras 2's optimizers ask for an ``int64`` step counter; it counts in int32).
+    user's back. Keras 2's optimizers ask for an ``int64`` step counter, which counts in int32
+    (exactly to ``2**31 - 1`` steps) without the warning (:func:`unannounced_narrowing`).
     A floatx of ``'float64'`` (``K.set_floatx``, or Keras's own when Keras loads jaxkeras)
     turns the mode on, and the request is kept.
 
@@ -277,7 +300,7 @@ def check_dtype(fn: str, dtype: Any, default: str | None = None, arg: str = "dty
         return name
     if floatx() == "float64":  # Keras's set_floatx asked for 64 bits: floatx turned x64 on
         return standardize_dtype(dtype, arg=arg)
-    if not _NARROWING["warned"]:
+    if not _NARROWING["warned"] and not _UNANNOUNCED.get():
         _NARROWING["warned"] = True
         warnings.warn(
             f"{fn}: {arg}={asked} is computed as {name}, because JAX's 64-bit mode is off "

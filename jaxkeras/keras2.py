@@ -57,6 +57,7 @@ import numpy as np
 
 from jaxkeras import config
 from jaxkeras._engine.ahead import plan_batch_sizes
+from jaxkeras.checks import unannounced_narrowing
 
 
 class ArgSpec(NamedTuple):
@@ -200,6 +201,36 @@ def _accept_protocol_optimizers(optimizers: Any) -> None:
     optimizers.get = get_optimizer
 
 
+def _quiet_step_counters(optimizers: Any) -> None:
+    """Makes Keras's own optimizers create their int64 step counter (``iterations``) without a
+    :class:`~jaxkeras.checks.NarrowedDtypeWarning`: every ``model.compile`` makes one, which
+    the user did not ask for and cannot change; in int32 it counts exactly to ``2**31 - 1``
+    steps. The ``__init__`` of each optimizer class of ``keras.optimizers`` runs in
+    :func:`~jaxkeras.checks.unannounced_narrowing`; a 64-bit request of the user's own still
+    warns."""
+    for cls in list(vars(optimizers).values()):
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, optimizers.Optimizer)
+            and cls.__module__ == optimizers.__name__
+            and "__init__" in vars(cls)
+            and not getattr(cls.__init__, "_jaxkeras", False)
+        ):
+            cls.__init__ = _unannounced(cls.__init__)
+
+
+def _unannounced(init: Callable[..., None]) -> Callable[..., None]:
+    """``init``, its 64-bit requests narrowed without the warning."""
+
+    @functools.wraps(init)
+    def init_quietly(self: Any, *args: Any, **kwargs: Any) -> None:
+        with unannounced_narrowing():
+            init(self, *args, **kwargs)
+
+    init_quietly._jaxkeras = True
+    return init_quietly
+
+
 def install() -> None:
     """Restores the names listed in the module docstring, gives jaxkeras what Keras gives
     TensorFlow only, follows Keras's settings, and lets ``keras.optimizers.get`` accept
@@ -214,6 +245,7 @@ def install() -> None:
     _once_imported("keras.layers.core", _infer_lambda_shapes)
     _once_imported("keras.callbacks", _use_our_tensorboard)
     _once_imported("keras.optimizers", _accept_protocol_optimizers)
+    _once_imported("keras.optimizers", _quiet_step_counters)
     _once_imported("keras.engine.training_arrays", _announce_batch_sizes)
 
 

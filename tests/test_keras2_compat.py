@@ -145,3 +145,34 @@ def test_keras_backend_surface_and_lambda_shapes(tmp_path):
     assert lines[-1] == (
         "(None, 8, 8, 8, 4) [(None, 8, 8, 32), (None, 8, 8)] (None, 1, 5) (None, 2)"
     )
+
+
+QUIET_TRAINING = """
+import warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import numpy as np
+    import keras
+    import keras.backend as K
+    model = keras.models.Sequential([keras.layers.Dense(2, input_shape=(3,))])
+    model.compile("adam", "mse")
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=2, batch_size=4, verbose=0)
+    model.evaluate(np.ones((4, 3)), np.ones((4, 2)), verbose=0)
+    model.predict(np.ones((2, 3)))
+    keras.optimizers.SGD()  # every optimizer of keras.optimizers makes an int64 step counter
+    print(K.dtype(model.optimizer.iterations), K.get_value(model.optimizer.iterations))
+print(len(caught), *(f"{w.category.__name__}: {w.message}" for w in caught))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    mine = K.variable(0, dtype="int64")  # what a user asks for is still said
+print(K.dtype(mine), [w.category.__name__ for w in caught])
+"""
+
+
+def test_a_keras2_compile_and_fit_print_no_warning(tmp_path):
+    # Keras's own int64 step counter (optimizer.iterations) counts in int32 without a
+    # NarrowedDtypeWarning; a user's int64 request still gets one.
+    counter, quiet, mine = run_on_keras2(QUIET_TRAINING, tmp_path).splitlines()[-3:]
+    assert counter == "int32 4"  # 2 epochs of 2 batches
+    assert quiet == "0", quiet
+    assert mine == "int32 ['NarrowedDtypeWarning']"
