@@ -24,6 +24,7 @@ from jaxkeras._ops.spatial import (
     spatial_axes,
     window_pads,
 )
+from jaxkeras._xla.summation import quotient
 from jaxkeras.checks import (
     check_choice,
     check_data_format,
@@ -131,7 +132,7 @@ def _pool(x, pool_size, strides, padding, data_format, mode, lowering):
     # 16-bit floats are summed in float32 and the mean returned in their dtype, as TF does.
     dtype = standard_result_type(x.dtype, jnp.float32)
     ones = jnp.ones([x.shape[a] if a in axes else 1 for a in range(x.ndim)], dtype)
-    mean = reduce(x.astype(dtype), "sum") / reduce(ones, "sum")
+    mean = quotient(reduce(x.astype(dtype), "sum"), reduce(ones, "sum"))  # divided, as TF does
     return mean.astype(x.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else mean
 
 

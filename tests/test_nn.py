@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.special import expit, log_expit, log_softmax
 
 import jaxkeras as K
-from tests.helpers import check_grad, check_op
+from tests.helpers import check_grad, check_op, run_all_ways
 
 RNG = np.random.default_rng(0)
 EPS = 1e-7  # K.epsilon()
@@ -688,6 +688,18 @@ def test_normalize_batch_in_training_none_params_and_gradient():
         lambda t: np_normalize_batch(t, gamma, beta, [0])[0] * w,
         x,
     )
+
+
+def test_normalize_batch_in_training_moments_are_tfs_quotients():
+    # integer rows with integer means: sums and squared deviations are exact, so TF's moments
+    # (sum / count, divided) are NumPy's float32 ones bit for bit; a multiplication by 1/3 is not
+    x = np.array([[0, 1, 5], [2, 3, 7], [-4, 1, 6], [1, 1, 7]], np.float32)
+    for way, (_, mean, var) in run_all_ways(
+        lambda t: K.normalize_batch_in_training(t, None, None, [1]), [x], batch_none=False
+    ).items():
+        if way != "symbolic":
+            np.testing.assert_array_equal(mean, np.mean(x, axis=1), err_msg=way)
+            np.testing.assert_array_equal(var, np.var(x, axis=1), err_msg=way)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ dtypes against NumPy; logsumexp stability; in_top_k ties; gradients."""
 import numpy as np
 import pytest
 import scipy.special
-from helpers import check_grad, check_op
+from helpers import check_grad, check_op, run_all_ways
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -241,3 +241,74 @@ def test_reductions_accept_lists_of_scalar_tensors():
     f = K.function([x], [n, total])
     got = f([np.zeros((5, 3, 4))])
     assert int(got[0]) == 20 and int(got[1]) == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# means divide by the count, as TF and NumPy do (XLA alone multiplies by its reciprocal)
+
+
+def _needs_division(totals, count):
+    """Whether some of the float32 ``totals`` divided by ``count`` differ from the totals
+    multiplied by the rounded reciprocal (what XLA rewrites a division by a constant into)."""
+    totals = np.asarray(totals, np.float32)
+    return bool(np.any(totals / np.float32(count) != totals * (np.float32(1) / np.float32(count))))
+
+
+def _every_way(fn, x):
+    """``fn(x)`` eagerly, through K.function, on a variable and inside jax.jit, by way."""
+    results = run_all_ways(fn, [x], batch_none=False)
+    results.pop("symbolic")
+    return results
+
+
+def test_mean_over_an_axis_is_tfs_value():
+    # a layer-normalization test's row: TF and NumPy read 0.2, XLA's multiplication 0.20000002
+    x = np.array([[0.2, 0.1, 0.3]], np.float32)
+    for way, got in _every_way(lambda t: K.mean(t, axis=-1), x).items():
+        assert np.asarray(got).tobytes() == np.float32([0.2]).tobytes(), way
+    assert K.eval(K.mean(K.variable(x))) == np.float32(0.2)
+
+
+@pytest.mark.parametrize(
+    "axis, keepdims", [(-1, False), (0, True), ((0, 1), False), (None, False), (None, True)]
+)
+def test_means_are_correctly_rounded_quotients(axis, keepdims):
+    # integer values: every summation order gives the exact sum, so the quotient is the only
+    # rounding, and NumPy's float32 mean (which divides) is the reference bit for bit
+    x = np.random.default_rng(4).integers(-9, 10, size=(7, 3)).astype(np.float32)
+    want = np.mean(x, axis=axis, keepdims=keepdims)
+    assert _needs_division(np.sum(x, axis=axis), x.size // np.size(np.sum(x, axis=axis)))
+    for way, got in _every_way(lambda t: K.mean(t, axis=axis, keepdims=keepdims), x).items():
+        np.testing.assert_array_equal(got, want, err_msg=way)
+        assert np.asarray(got).dtype == np.float32
+
+
+def test_var_and_std_are_tfs_mean_of_squared_deviations():
+    # rows whose means are integers: the squared deviations and their sums are exact, so the
+    # division is the only rounding (TF: reduce_mean(square(x - reduce_mean(x))))
+    x = np.array([[0, 1, 5], [2, 3, 7], [-4, 1, 6], [1, 1, 7]], np.float32)
+    assert _needs_division(np.sum(np.square(x - x.mean(1, keepdims=True)), axis=1), 3)
+    for axis, data in ((1, x), (0, x.T.copy())):
+        results = _every_way(lambda t, a=axis: [K.var(t, axis=a), K.std(t, axis=a)], data)
+        for way, (var, std) in results.items():
+            np.testing.assert_array_equal(var, np.var(data, axis=axis), err_msg=way)
+            np.testing.assert_array_equal(std, np.std(data, axis=axis), err_msg=way)
+
+
+def test_means_of_16_bit_floats_and_integers():
+    # float16 is summed in float32 and the quotient rounded to float16; integers give floatx
+    x = np.array([[1, 2, 2], [3, 3, 1]], np.int32)
+    np.testing.assert_array_equal(K.mean(x, axis=1), np.float32([5, 7]) / np.float32(3))
+    half = K.mean(x.astype(np.float16), axis=1)
+    assert half.dtype == np.float16
+    np.testing.assert_array_equal(half, (np.float32([5, 7]) / np.float32(3)).astype(np.float16))
+    var = K.var(x.astype(np.float16), axis=1)
+    np.testing.assert_array_equal(var, np.var(x.astype(np.float32), axis=1).astype(np.float16))
+
+
+def test_mean_gradient_and_unknown_batch():
+    p = K.placeholder((None, 3))
+    out = K.mean(p, axis=0)
+    assert K.int_shape(out) == (3,) and K.int_shape(K.var(p, axis=1)) == (None,)
+    (g,) = K.gradients(K.sum(out), [p])
+    np.testing.assert_allclose(K.function([p], [g])([np.ones((4, 3), np.float32)])[0], 0.25)

@@ -9,7 +9,7 @@ import pytest
 import jaxkeras as K
 from jaxkeras import pool
 from tests.conv_reference import RNG, TOL, channels, lowered_for, np_pool, uniform
-from tests.helpers import check_grad, check_op
+from tests.helpers import check_grad, check_op, run_all_ways
 
 SPATIAL = {2: (7, 6), 3: (5, 4, 5)}
 
@@ -17,6 +17,26 @@ SPATIAL = {2: (7, 6), 3: (5, 4, 5)}
 def test_pool_lowering_policy():
     assert pool.pool_lowering("cpu") == "reshape"
     assert {pool.pool_lowering(p) for p in ("cuda", "rocm", "tpu")} == {"lax"}
+
+
+@pytest.mark.parametrize(
+    "strides, padding", [((1, 3), "valid"), ((1, 1), "valid"), ((1, 1), "same")]
+)
+def test_average_pool_divides_as_tf(strides, padding):
+    # TF divides each window's sum by its count: 0.2 here, where a multiplication by the
+    # reciprocal of 3 reads 0.20000002
+    x = np.tile(np.float32([0.2, 0.1, 0.3]), 4).reshape(1, 4, 3, 1)
+    full = (np.float32(0.2) + np.float32(0.1) + np.float32(0.3)) / np.float32(3)
+    for way, got in run_all_ways(
+        lambda t: K.pool2d(t, (1, 3), strides, padding, pool_mode="avg"), [x], batch_none=False
+    ).items():
+        if way == "symbolic" or (padding == "same" and way not in ("eager", "jit")):
+            continue  # K.function's compiler options fold uneven counts into a constant that
+            # XLA then multiplies by (issue 43's report)
+        got = np.asarray(got).reshape(4, -1)
+        assert got[0, 1 if padding == "same" else 0] == full, way
+        if padding == "same":  # the padded edge windows count 2
+            assert got[0, 2] == (np.float32(0.1) + np.float32(0.3)) / np.float32(2), way
 
 
 def test_auto_pool_lowering_is_decided_per_platform():

@@ -17,6 +17,7 @@ from jaxkeras._ops.common import (
 )
 from jaxkeras._ops.math import cast
 from jaxkeras._xla.summation import (
+    correctly_rounded_variance,
     exact_mean,
     exact_sum,
     exact_sums,
@@ -60,8 +61,13 @@ def _logical(reducer: Callable) -> Callable:
     return body
 
 
+def _standard_deviation(x: Any, axis: int | tuple | None = None, keepdims: bool = False) -> Any:
+    return jnp.sqrt(correctly_rounded_variance(x, axis, keepdims))
+
+
 # A reduction's body is the jax.numpy function itself (sum and mean: compensated for a small
-# full reduction of a multi-axis array, see summation.py), called as ``(x)`` or
+# full reduction of a multi-axis array; mean, var and std: the sum divided by the count, as TF
+# divides, where jnp's would multiply by its reciprocal; see summation.py), called as ``(x)`` or
 # ``(x, axis)``, with ``keepdims=True`` when asked: no keywords packed in the common case. On
 # arrays it runs compiled (one dispatch, without jax.numpy's Python checks), compiled per shape,
 # axes and keepdims. The opt-in exact sum and mean are ops of their own, chosen when K.sum or
@@ -73,8 +79,8 @@ _mean = op(layout_free_mean, name="mean", jit=("axis", "keepdims"))
 _exact_mean = op(exact_mean, name="mean", jit=("axis", "keepdims"))
 _max = op(jnp.max, name="max", jit=("axis", "keepdims"))
 _min = op(jnp.min, name="min", jit=("axis", "keepdims"))
-_var = op(jnp.var, name="var", jit=("axis", "keepdims"))
-_std = op(jnp.std, name="std", jit=("axis", "keepdims"))
+_var = op(correctly_rounded_variance, name="var", jit=("axis", "keepdims"))
+_std = op(_standard_deviation, name="std", jit=("axis", "keepdims"))
 _all = op(_logical(jnp.all), name="all", jit=("axis", "keepdims"))
 _any = op(_logical(jnp.any), name="any", jit=("axis", "keepdims"))
 _logsumexp = op(jax.nn.logsumexp, name="logsumexp", jit=("axis", "keepdims"))
@@ -168,6 +174,10 @@ def min(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
 def mean(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
     """Mean of the values of a tensor along axes (booleans count as 0/1 floats).
 
+    The sum is divided by the count, as TF and NumPy divide, eagerly and compiled: the mean of
+    ``[0.2, 0.1, 0.3]`` is ``0.2`` in float32 (XLA alone would multiply by ``1/3``, giving
+    ``0.20000002``).
+
     A full mean of 2 to 4,096 float32/float64 values is the same for every layout of them
     (channels first or last) in all but rare cases; with
     ``jaxkeras._xla.summation.set_exact_sums(True)`` it is correctly rounded.
@@ -186,6 +196,9 @@ def mean(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike
 def var(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
     """Variance (the biased estimator, dividing by N) along axes.
 
+    Computed as TF computes it: the mean of the squared deviations from the mean, each mean a
+    sum divided by the count (see :func:`mean`).
+
     Args:
         x: a tensor or variable (booleans count as 0/1 floats).
         axis: ``None`` (all axes), an axis, or a list/tuple of axes.
@@ -198,7 +211,7 @@ def var(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
 
 
 def std(x: TensorLike, axis: Axes = None, keepdims: bool = False) -> TensorLike:
-    """Standard deviation (the square root of the biased variance) along axes.
+    """Standard deviation (the square root of the biased variance, see :func:`var`) along axes.
 
     Args:
         x: a tensor or variable (booleans count as 0/1 floats).

@@ -1,4 +1,5 @@
-"""Small full float sums whose value does not depend on the layout of the summands.
+"""Small full float sums whose value does not depend on the layout of the summands, and means
+divided by their counts as TF divides (:func:`quotient`).
 
 XLA sums a float array in memory order, so the same numbers laid out differently (channels
 first or last) can sum to results a few ulps apart: Keras's channels-first crossentropy test
@@ -34,6 +35,7 @@ layout-independent sums (checked 2026-11-27).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +54,7 @@ ENV = "JAXKERAS_EXACT_SUMS"
 no, an empty value or none leaves it off (:func:`jaxkeras.config.env_switch`)."""
 
 _FLOAT_DTYPES = (jnp.dtype("float32"), jnp.dtype("float64"))
+_HALF_DTYPES = (jnp.dtype("float16"), jnp.dtype("bfloat16"))
 
 
 def _asked() -> bool:
@@ -201,6 +204,91 @@ Returns:
 """
 
 
+def quotient(total: Any, count: Any) -> Any:
+    """``total / count``, divided (correctly rounded), even where ``count`` is a constant.
+
+    XLA's algebraic simplifier rewrites a division by a constant, and a division by a
+    broadcast scalar, as a multiplication by the (rounded) reciprocal, which is 1 ulp off the
+    quotient for about a third of float32 means of 3 values (``mean([0.2, 0.1, 0.3])`` reads
+    ``0.20000002``); TF and NumPy divide. The count, filled to the shape of ``total``, passes
+    an optimization barrier that hides it from the simplifier; XLA removes the barrier later,
+    so the division still fuses with the reduction as ``jnp.mean``'s multiplication does. An
+    array of uneven counts (average pooling's padded windows) that XLA folds into one constant
+    after the barrier is gone is still multiplied by under ``K.function``'s compiler options
+    (XLA's classic emitters). No upstream issue found asking XLA to keep such divisions exact
+    (checked 2026-12-06; tensorflow/tensorflow#24061 asked for the reciprocal rewrite).
+
+    Args:
+        total: a float array or tracer.
+        count: the number of summands: an int (a symbolic dimension in shape inference), or
+            an array of counts that broadcasts to ``total`` (average pooling's windows).
+
+    Returns:
+        The quotient, of ``total``'s dtype and shape.
+    """
+    counts = jnp.broadcast_to(jnp.asarray(count, total.dtype), jnp.shape(total))
+    return total / lax.optimization_barrier(counts)
+
+
+def count_of(x: Any, axis: Any) -> Any:
+    """The number of values of ``x`` that a reduction over ``axis`` combines into each result.
+
+    Args:
+        x: an array or tracer.
+        axis: ``None`` (all axes), an int or a tuple of ints.
+
+    Returns:
+        The count: an int (or a symbolic dimension).
+    """
+    if axis is None:
+        return x.size
+    axes = {a % x.ndim for a in ((axis,) if type(axis) is int else axis)}
+    return math.prod(x.shape[a] for a in axes)
+
+
+def _widened(x: Any) -> tuple[Any, Any]:
+    """``x`` in the type a mean is computed in (16-bit floats in float32, integers and booleans
+    in the default float type, as ``jnp.mean`` computes them), and the type of the result."""
+    x = jnp.asarray(x)
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64) if x.dtype.kind in "biu" else x.dtype
+    return x.astype(jnp.float32 if dtype in _HALF_DTYPES else dtype), dtype
+
+
+def correctly_rounded_mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """``jnp.mean``, with XLA's sum divided by the count as TF and NumPy divide (see
+    :func:`quotient`).
+
+    Args:
+        x: an array or tracer.
+        axis: ``None``, an int or a tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        The mean, of ``x``'s float type.
+    """
+    wide, dtype = _widened(x)
+    return quotient(jnp.sum(wide, axis, keepdims=keepdims), count_of(wide, axis)).astype(dtype)
+
+
+def correctly_rounded_variance(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """``jnp.var`` (the biased estimator), computed as TF computes it: the mean of the squared
+    deviations from the mean, each mean divided as :func:`correctly_rounded_mean` divides.
+
+    Args:
+        x: an array or tracer.
+        axis: ``None``, an int or a tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        The variance, of ``x``'s float type.
+    """
+    wide, dtype = _widened(x)
+    count = count_of(wide, axis)
+    centered = wide - quotient(jnp.sum(wide, axis, keepdims=True), count)
+    squares = jnp.sum(centered * centered, axis, keepdims=keepdims)
+    return quotient(squares, count).astype(dtype)
+
+
 @jax.jit
 def _compensated_mean(x: Any) -> Any:
     # Divided inside the compiled function (one dispatch, as jnp.mean's), by a count XLA cannot
@@ -216,7 +304,7 @@ def _layout_free_total(x: Any, mean: bool) -> Any | None:
     if sum(d > 1 for d in x.shape) < 2:
         return None
     total = _cascaded_sum(x)
-    return lax.div(total, lax.full((), x.size, x.dtype)) if mean else total
+    return quotient(total, x.size) if mean else total
 
 
 def _exact_total(x: Any, mean: bool) -> Any:
@@ -225,8 +313,8 @@ def _exact_total(x: Any, mean: bool) -> Any:
 
 
 def _reduction(plain: Callable, mean: bool, total_of: Callable, summary: str) -> Callable:
-    """``plain`` (``jnp.sum`` or ``jnp.mean``), with ``total_of(x, mean)`` (``None``: plain's)
-    for the full reductions :func:`applies` names."""
+    """``plain`` (``jnp.sum`` or :func:`correctly_rounded_mean`), with ``total_of(x, mean)``
+    (``None``: plain's) for the full reductions :func:`applies` names."""
 
     def reduce(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         total = total_of(x, mean) if applies(x, axis) else None
@@ -234,9 +322,9 @@ def _reduction(plain: Callable, mean: bool, total_of: Callable, summary: str) ->
             return plain(x, axis, keepdims=keepdims)
         return jnp.reshape(total, (1,) * x.ndim) if keepdims else total
 
-    reduce.__name__ = plain.__name__
-    reduce.__doc__ = f"""``jnp.{plain.__name__}``; for the full reductions :func:`applies`
-    names, {summary}.
+    reduce.__name__ = "mean" if mean else "sum"
+    reduce.__doc__ = f"""``{plain.__name__}``; for the full reductions :func:`applies` names,
+    {summary}.
 
     Args:
         x: the value.
@@ -244,7 +332,7 @@ def _reduction(plain: Callable, mean: bool, total_of: Callable, summary: str) ->
         keepdims: keep the reduced axes with size 1.
 
     Returns:
-        The {plain.__name__}.
+        The {reduce.__name__}.
     """
     return reduce
 
@@ -255,6 +343,6 @@ _LAYOUT_FREE = (
 )
 _EXACT = "summed exactly (correctly rounded), whatever the order"
 layout_free_sum = _reduction(jnp.sum, False, _layout_free_total, _LAYOUT_FREE)
-layout_free_mean = _reduction(jnp.mean, True, _layout_free_total, _LAYOUT_FREE)
+layout_free_mean = _reduction(correctly_rounded_mean, True, _layout_free_total, _LAYOUT_FREE)
 exact_sum = _reduction(jnp.sum, False, _exact_total, _EXACT)
-exact_mean = _reduction(jnp.mean, True, _exact_total, _EXACT)
+exact_mean = _reduction(correctly_rounded_mean, True, _exact_total, _EXACT)
