@@ -1,34 +1,44 @@
-"""What multi-backend Keras 2.3.1 needs when it loads jaxkeras as its backend.
+"""What multi-backend Keras (2.2.0 to 2.3.1) needs when it loads jaxkeras as its backend.
 
-Keras 2.3.1 predates Python 3.10 and NumPy 2 and uses names they removed. When (and only when)
-Keras imports jaxkeras as its backend (``KERAS_BACKEND=jaxkeras`` or keras.json), :func:`install`
-puts back exactly these names, each only if it is missing:
+Keras 2.2.0 is the first release that loads an external backend. Releases differ in *how*
+(:func:`keras_loader` recognizes each by what its backend package does, not by its version):
+2.2.0 to 2.2.4 import the backend in the package ``keras.backend`` itself and copy every name of
+it that the package lacks; 2.2.5 to 2.3.1 import it in ``keras.backend.load_backend``, from which
+``keras.backend`` imports a fixed list of names. Both keep the backend's name in ``_BACKEND``.
+
+These releases predate Python 3.10 and NumPy 2 and use names they removed. When (and only when)
+Keras imports jaxkeras as its backend (``KERAS_BACKEND=jaxkeras`` or keras.json), or imports it
+after a program imported jaxkeras first, :func:`install` puts back exactly these names, each
+only if it is missing:
 
 - ``collections.Container``, ``collections.Mapping``, ``collections.Sequence``,
-  ``collections.Iterable`` (aliases of ``collections.abc``; training_utils checks losses, metrics
-  and validation_freq with them);
-- ``inspect.ArgSpec`` and ``inspect.getargspec`` (``utils.generic_utils.getargspec``/``has_arg``
-  and model loading inspect functions with them);
+  ``collections.Iterable`` (aliases of ``collections.abc``; callbacks import ``Iterable``,
+  training_utils checks losses, metrics and validation_freq with the others);
+- ``inspect.ArgSpec`` and ``inspect.getargspec`` (``utils.generic_utils.has_arg``, image
+  preprocessing and model loading inspect functions with them);
 - ``numpy.Inf`` (callbacks), ``numpy.string_`` (HDF5 utilities), ``numpy.bool`` and
   ``numpy.int`` (Keras's NumPy reference backend), ``numpy.unicode_`` (``pad_sequences`` of
-  keras_preprocessing, which Keras 2.3.1 re-exports).
+  keras_preprocessing, which Keras re-exports).
 
-HDF5: Keras 2.3.1 writes string attributes as bytes and calls ``.decode`` on what it reads back,
-but h5py 3 returns ``str`` (and object arrays of ``str``) for them, where h5py 2 returned bytes.
-When h5py is installed, reading such an attribute (a variable-length ASCII string, which is what
-bytes are stored as) *from Keras's own modules* returns bytes again, as h5py 2 did; attributes
-written as ``str`` (UTF-8) stay ``str``, and every other caller gets h5py's values.
+HDF5 (:mod:`jaxkeras._keras2_hdf5`): when h5py is installed, Keras's own modules read the bytes
+attributes they wrote as bytes and empty attributes as empty lists, and open a file they name
+without a mode as h5py 2 did (read-write, else read-only, else created); every other caller
+gets h5py's behaviour.
 
-Keras 2.3.1 gives some of its backend's functions, layers' behaviours and callbacks only to
+Keras gives some of its backend's functions, layers' behaviours and callbacks only to
 TensorFlow (and CNTK); :func:`install` gives them to jaxkeras too:
 
-- ``keras.backend`` re-exports ``clear_session``, ``get_session``, ``set_session`` and
-  ``manual_variable_initialization`` (:data:`TF_ONLY_BACKEND_NAMES`, its TensorFlow branch);
+- ``keras.backend`` has ``clear_session``, ``get_session``, ``set_session`` and
+  ``manual_variable_initialization`` (:data:`TF_ONLY_BACKEND_NAMES`: 2.2.5 to 2.3.1 re-export
+  them in their TensorFlow branch only; 2.2.0 to 2.2.4 copy them with every other name);
 - ``keras.layers.Lambda`` without ``output_shape`` infers its output shape by running its
-  function on placeholders of the input's shape and dtype, as it does on TensorFlow (else it
-  warns and records the input's shape);
+  function on placeholders of the input's shape and dtype (floatx where Keras records none),
+  as it does on TensorFlow (else it warns and records the input's shape);
 - ``keras.callbacks.TensorBoard`` is :class:`jaxkeras.tensorboard.TensorBoard` (Keras's own
   imports TensorFlow).
+
+Theano's ``pattern_broadcast`` is not given: Keras (``PReLU``) calls it only when its backend is
+Theano, and its TensorFlow backend has none either.
 
 It also makes jaxkeras follow Keras's own floatx / epsilon / image_data_format settings, which
 Keras keeps in ``keras.backend.common``, and makes ``keras.optimizers.get`` (which
@@ -55,7 +65,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxkeras import config
+from jaxkeras import _keras2_hdf5, config
 from jaxkeras._engine.ahead import plan_batch_sizes
 from jaxkeras.checks import unannounced_narrowing
 
@@ -94,43 +104,35 @@ RESTORED: dict[Any, dict[str, Any]] = {
 }
 
 
-def _as_bytes(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.encode("utf8")
-    if isinstance(value, np.ndarray) and value.dtype == object:
-        return np.array(
-            [v.encode("utf8") if isinstance(v, str) else v for v in value.ravel()]
-        ).reshape(value.shape)
-    return value
+LOADER_MODULES = ("keras.backend.load_backend", "keras.backend")
+"""Where multi-backend Keras keeps the module that imports an external backend: Keras 2.2.5
+and later import it in the submodule ``keras.backend.load_backend``; Keras 2.2.0 to 2.2.4 in
+the package ``keras.backend`` itself (its ``__init__`` imports the backend and copies every name
+of it the package does not have yet). Both record the backend's name in ``_BACKEND``."""
 
 
-def _keras_reads_bytes() -> None:
-    try:
-        from h5py import h5t
-        from h5py._hl.attrs import AttributeManager
-    except ImportError:
-        return
-    read = AttributeManager.__getitem__
-    if getattr(read, "_jaxkeras", False):
-        return
+def keras_loader() -> Any:
+    """The module of multi-backend Keras that loads jaxkeras as its backend, or ``None``.
 
-    def getitem(self: Any, name: str) -> Any:
-        value = read(self, name)
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        if not caller.startswith("keras."):
-            return value
-        kind = self.get_id(name).get_type()
-        ascii_text = isinstance(kind, h5t.TypeStringID) and kind.get_cset() == h5t.CSET_ASCII
-        return _as_bytes(value) if ascii_text else value
+    The release is recognized by what its backend package does, not by its version: the first
+    of :data:`LOADER_MODULES` that is imported (or being imported) and whose ``_BACKEND`` names
+    jaxkeras.
 
-    getitem._jaxkeras = True
-    AttributeManager.__getitem__ = getitem
+    Returns:
+        ``keras.backend.load_backend`` (Keras 2.2.5 to 2.3.1), ``keras.backend`` (Keras 2.2.0
+        to 2.2.4), or ``None`` when Keras has not chosen jaxkeras.
+    """
+    for name in LOADER_MODULES:
+        module = sys.modules.get(name)
+        chosen = getattr(module, "__dict__", {}).get("_BACKEND")
+        if chosen is not None:
+            return module if "jaxkeras" in str(chosen) else None
+    return None
 
 
 def loaded_by_keras() -> bool:
-    """Returns whether Keras's backend loader is importing jaxkeras right now."""
-    loader = sys.modules.get("keras.backend.load_backend")
-    return loader is not None and "jaxkeras" in str(getattr(loader, "_BACKEND", ""))
+    """Returns whether Keras's backend loader is importing (or has imported) jaxkeras."""
+    return keras_loader() is not None
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -162,18 +164,19 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _install_if_loaded_by_keras(loader: Any) -> None:
+def _install_if_loaded_by_keras(module: Any) -> None:
     if loaded_by_keras():
         install()
 
 
 def watch_for_keras() -> None:
     """Arranges for :func:`install` to run if Keras later loads jaxkeras as its backend (the
-    loader then gets the cached jaxkeras module, which runs no code)."""
-    if "keras.backend.load_backend" not in sys.modules:
-        sys.meta_path.insert(
-            0, _AfterImport("keras.backend.load_backend", _install_if_loaded_by_keras)
-        )
+    loader then gets the cached jaxkeras module, which runs no code): right after each of
+    :data:`LOADER_MODULES` is imported, whichever the release has. Keras 2.2.0 to 2.2.4 import
+    nothing that needs the restored names before their ``keras.backend`` is complete."""
+    for name in LOADER_MODULES:
+        if name not in sys.modules:
+            sys.meta_path.insert(0, _AfterImport(name, _install_if_loaded_by_keras))
 
 
 def _speaks_optimizer_protocol(identifier: Any) -> bool:
@@ -231,16 +234,25 @@ def _unannounced(init: Callable[..., None]) -> Callable[..., None]:
     return init_quietly
 
 
+_installed_for: list[Any] = []
+"""The ``keras.backend.common`` module :func:`install` last ran for (a Keras imported anew
+gets a new one)."""
+
+
 def install() -> None:
     """Restores the names listed in the module docstring, gives jaxkeras what Keras gives
     TensorFlow only, follows Keras's settings, and lets ``keras.optimizers.get`` accept
-    optimizer objects of the Keras 2 protocol."""
+    optimizer objects of the Keras 2 protocol. Runs once per imported Keras."""
+    common = sys.modules["keras.backend.common"]
+    if _installed_for and _installed_for[0] is common:
+        return
+    _installed_for[:] = [common]
     for module, names in RESTORED.items():
         for name, value in names.items():
             if name not in module.__dict__:
                 setattr(module, name, value)
-    _keras_reads_bytes()
-    config.follow(sys.modules["keras.backend.common"])
+    _keras2_hdf5.restore_for_keras()
+    config.follow(common)
     _complete_backend(sys.modules["keras.backend"])
     _once_imported("keras.layers.core", _infer_lambda_shapes)
     _once_imported("keras.callbacks", _use_our_tensorboard)
@@ -276,7 +288,7 @@ def _announce_batch_sizes(training_arrays: Any) -> None:
     training_arrays.make_batches = announcing
 
 
-# What Keras 2.3.1's keras/backend/__init__.py re-exports from its backend only on TensorFlow
+# What Keras 2.2.5-2.3.1's keras/backend/__init__.py re-exports from its backend only on TensorFlow
 TF_ONLY_BACKEND_NAMES = (
     "clear_session",
     "manual_variable_initialization",
@@ -300,7 +312,7 @@ def _symbolic_output_shape(layer: Any, input_shape: Any) -> Any:
     ``input_shape`` and of the dtypes its last call saw (floatx before any call)."""
     from jaxkeras.tensors import int_shape, placeholder
 
-    dtypes = layer._input_dtypes
+    dtypes = getattr(layer, "_input_dtypes", None)  # Keras 2.2 records none: floatx
     if isinstance(input_shape, list):
         dtypes = dtypes if isinstance(dtypes, list) else [dtypes] * len(input_shape)
         inputs = [placeholder(shape=s, dtype=d) for s, d in zip(input_shape, dtypes)]

@@ -1,27 +1,34 @@
-"""Pytest plugin for running Keras 2.3.1's own test tree against jaxkeras.
+"""Pytest plugin for running a multi-backend Keras release's own tests against jaxkeras.
 
 Loaded with ``-p keras2_suite_plugin`` and ``KERAS_BACKEND=jaxkeras`` by
-``tests/test_keras2_suite.py`` (``tests/`` on ``PYTHONPATH``); Keras's files are not edited.
+``tests/test_keras2_suite.py`` (Keras 2.3.1's tree) and ``tests/test_keras22.py`` (Keras
+2.2.4's backend tests), ``tests/`` on ``PYTHONPATH``; Keras's files are not edited.
 
-- Exclusions: the tests in :data:`keras2_suite_exclusions.EXCLUDED` are strict expected
-  failures (a file there is not collected).
+- Exclusions: the tests in the ``EXCLUDED`` of the module that ``JAXKERAS_SUITE_EXCLUSIONS``
+  names (default :mod:`keras2_suite_exclusions`, Keras 2.3.1's) are strict expected failures
+  (a file there is not collected).
 - Session: Keras's ``tests/conftest.py`` clears the session after each test only on TensorFlow
   and CNTK; this plugin clears it on jaxkeras too, so no test leaks its learning phase or uids.
 - Backends: backend_test.py compares ``KTF`` (the TensorFlow backend module) with Keras's
   NumPy reference backend ``KNP``; here ``KTF`` is jaxkeras.
-- Reference: ``numpy_backend.in_top_k`` ranks with ``numpy.argsort``, whose default sort was
-  stable for short rows in NumPy 1 (when Keras 2.3.1 was tested), so tied predictions ranked by
-  index, as TF counts them. NumPy 2's default sort is not stable, so the reference is given the
-  stable sort it had.
+- Reference: (Keras 2.2.5 and later) ``numpy_backend.in_top_k`` ranks with ``numpy.argsort``,
+  whose default sort was stable for short rows in NumPy 1 (when Keras 2.3.1 was tested), so
+  tied predictions ranked by index, as TF counts them. NumPy 2's default sort is not stable,
+  so the reference is given the stable sort it had.
+- Reference: (Keras 2.2.4 and earlier) ``reference_operations.logsumexp`` calls
+  ``scipy.misc.logsumexp``, which SciPy deprecated for ``scipy.special.logsumexp`` and has
+  since removed (today's SciPy has no ``scipy.misc``); the reference is given the latter.
 - 64-bit types: jaxkeras narrows a 64-bit dtype to 32 bits while JAX's 64-bit mode is off
   (its default; ``K.set_floatx('float64')`` turns it on), where TensorFlow always has them.
-  The tests in :data:`X64_TESTS`, which ask for ``int64`` or ``float64`` and check they get
-  it, run with ``jax_enable_x64`` on, the switch a jaxkeras user flips for 64-bit types; every
-  test leaves the mode as it found it, so no test depends on another's order.
+  The tests in :data:`X64_TESTS` (or the exclusions module's own ``X64_TESTS``), which ask for
+  ``int64`` or ``float64`` and check they get it, run with ``jax_enable_x64`` on, the switch a
+  jaxkeras user flips for 64-bit types; every test leaves the mode as it found it, so no test
+  depends on another's order.
 - Report: with ``JAXKERAS_SUITE_REPORT=path``, the controlling process writes a JSON object
   ``{node id: outcome}`` there (outcomes: passed, failed, skipped, xfailed), xdist or not.
 """
 
+import importlib
 import json
 import os
 import sys
@@ -31,10 +38,13 @@ import jax
 import keras  # noqa: F401 - loads jaxkeras as Keras's backend
 import numpy as np
 import pytest
-from keras.backend import numpy_backend
-from keras2_suite_exclusions import EXCLUDED
 
 import jaxkeras
+
+_EXCLUSIONS = importlib.import_module(
+    os.environ.get("JAXKERAS_SUITE_EXCLUSIONS", "keras2_suite_exclusions")
+)
+EXCLUDED = _EXCLUSIONS.EXCLUDED
 
 sys.modules["keras.backend.tensorflow_backend"] = jaxkeras
 
@@ -44,7 +54,12 @@ def _in_top_k(predictions, targets, k):
     return np.any(targets.reshape(-1, 1) == ranked, axis=-1)
 
 
-numpy_backend.in_top_k = _in_top_k
+try:
+    from keras.backend import numpy_backend  # Keras 2.2.5 and later
+except ImportError:  # earlier releases test against tests/keras/backend/reference_operations.py
+    numpy_backend = None
+else:
+    numpy_backend.in_top_k = _in_top_k
 
 _FILES = {key for key in EXCLUDED if "::" not in key}
 
@@ -57,8 +72,20 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if relative in _FILES else None
 
 
+def _logsumexp(x, axis=None, keepdims=False):
+    import scipy.special
+
+    return scipy.special.logsumexp(
+        x, axis=tuple(axis) if isinstance(axis, list) else axis, keepdims=keepdims
+    )
+
+
 def pytest_collection_modifyitems(items: list) -> None:
-    """Marks the excluded tests as strict expected failures."""
+    """Marks the excluded tests as strict expected failures; gives Keras 2.2's reference
+    operations (imported by now, when the tests use them) SciPy's ``logsumexp``."""
+    reference = sys.modules.get("reference_operations")
+    if reference is not None:
+        reference.logsumexp = _logsumexp
     for item in items:
         reason = EXCLUDED.get(item.nodeid)
         if reason is not None:
@@ -77,7 +104,8 @@ X64_TESTS = (
     "tests/keras/engine/test_topology.py::test_initialization_dtype",
 )
 """Node ids (or their prefixes) of the tests that ask for 64-bit dtypes and check they get
-them."""
+them (Keras 2.3.1's; an exclusions module may name its own)."""
+X64_TESTS = getattr(_EXCLUSIONS, "X64_TESTS", X64_TESTS)
 
 
 @pytest.fixture(autouse=True)
