@@ -2,6 +2,8 @@
 and dtypes against NumPy, unknown dimensions kept through chains of ops, symbolic shape
 arguments, and argument errors."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import check_grad, check_op
@@ -238,6 +240,51 @@ def test_slice_like_tf(start, size):
         return a[index]
 
     check_op(lambda a: K.slice(a, start, size), reference, [X])
+
+
+def test_slice_with_starts_computed_in_the_graph():
+    # tf.slice takes tensor starts when the sizes are static (a masked CRF slices this way)
+    def reference(a, t):
+        return a[:, t[0] : t[0] + 2, 1:]
+
+    check_op(
+        lambda a, t: K.slice(a, [0, K.reshape(t, ()), 1], [-1, 2, -1]),
+        reference,
+        [X, np.array([1], np.int32)],
+        batch_none=False,
+    )
+    # a start from a placeholder, and a whole 1-D start tensor inside jax.jit
+    x, t = K.placeholder((None, 3, 4)), K.placeholder((), dtype="int32")
+    f = K.function([x, t], [K.slice(x, [0, 1, t], [2, 2, 3])])
+    np.testing.assert_array_equal(f([X, np.int32(1)])[0], X[:, 1:3, 1:4])
+    starts = jax.jit(lambda a, s: K.slice(a, jnp.stack([0, 0, s]), [1, 3, 2]))(X, 2)
+    np.testing.assert_array_equal(starts, X[:1, :, 2:4])
+    # as lax.dynamic_slice, a start past the end is clamped so that the block fits
+    np.testing.assert_array_equal(f([X, np.int32(3)])[0], X[:, 1:3, 1:4])
+
+
+def test_slice_with_starts_computed_in_rnn_steps():
+    inputs = K.placeholder((None, 4, 6))
+
+    def step(x_t, states):  # the step's own index, kept as a state, picks two columns
+        i = K.cast(states[1][0, 0], "int32")
+        return K.slice(x_t, [0, i], [-1, 2]), [states[0], states[1] + 1]
+
+    zeros = K.zeros_like(inputs[:, 0, :1])
+    _, outputs, _ = K.rnn(step, inputs, [zeros, zeros])
+    data = RNG.normal(size=(2, 4, 6)).astype(np.float32)
+    want = np.stack([data[:, t, t : t + 2] for t in range(4)], axis=1)
+    np.testing.assert_array_equal(K.function([inputs], [outputs])([data])[0], want)
+
+
+def test_slice_sizes_must_be_known_when_traced():
+    x, t = K.placeholder((None, 3, 4)), K.placeholder((), dtype="int32")
+    with pytest.raises(ValueError, match=r"slice: size must be known .* got \(1, 1, JitTracer"):
+        K.function([x, t], [K.slice(x, [0, 0, 0], [1, 1, t])])([X, np.int32(1)])
+    with pytest.raises(ValueError, match=r"slice: size=\(1, -1, 2\) takes the rest of axis 1"):
+        K.function([x, t], [K.slice(x, [0, t, 0], [1, -1, 2])])([X, np.int32(1)])
+    with pytest.raises(ValueError, match="slice: start must hold ints or integer scalars"):
+        jax.jit(lambda a, s: K.slice(a, [0, s, 0], [1, 1, 1]))(X, 0.5)
 
 
 def test_one_hot():

@@ -398,11 +398,67 @@ def reverse(x: TensorLike, axes: Axes) -> TensorLike:
     return _reverse(x, check_axes_of("reverse", "axes", x, axes))
 
 
+_TRACED = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
+"""What reading a traced value as a number raises (``TracerIntegerConversionError`` is a
+``ConcretizationTypeError``)."""
+
+
+def _dynamic_slice(x: Any, start: Any, lengths: tuple) -> Any:
+    """``lax.dynamic_slice`` for starts computed in the graph (as ``tf.slice`` takes them):
+    each start is clamped so that the block fits, where TF raises at run time."""
+    starts, sizes = [], []
+    for axis, length in enumerate(lengths):
+        begin = start[axis]
+        if length == -1:
+            try:
+                length = x.shape[axis] - int(begin)
+            except _TRACED:
+                raise ValueError(
+                    f"slice: size={lengths} takes the rest of axis {axis} (-1) from a start "
+                    f"computed in the graph ({begin}); give the block's length there"
+                ) from None
+        starts.append(jnp.asarray(begin).astype(jnp.int32))
+        sizes.append(length)
+    return lax.dynamic_slice(x, starts, sizes)
+
+
 @op(name="slice")
 def _slice(x: Any, start: Any, size: Any) -> Any:
-    begin = concrete_dims(start)
-    lengths = [d - b if n == -1 else n for d, b, n in zip(x.shape, begin, concrete_dims(size))]
+    try:
+        lengths = concrete_dims(size)
+    except _TRACED:
+        raise ValueError(
+            "slice: size must be known when the graph is traced (ints, or scalars computed "
+            f"from static shapes such as K.shape(x)[0]), got {size!r}"
+        ) from None
+    try:
+        begin = concrete_dims(start)
+    except _TRACED:
+        return _dynamic_slice(x, start, lengths)
+    lengths = [d - b if n == -1 else n for d, b, n in zip(x.shape, begin, lengths)]
     return lax.slice(x, begin, [b + n for b, n in zip(begin, lengths)])
+
+
+def _checked_start(start: Any) -> Any:
+    """``start`` checked as a shape argument, where entries may also be integer scalar arrays
+    (taken as ints) or tracers of a user's ``jax.jit`` (kept), and the whole of it a 1-D
+    integer tracer."""
+    if isinstance(start, jax.core.Tracer):
+        if start.ndim != 1 or not jnp.issubdtype(start.dtype, jnp.integer):
+            raise ValueError(f"slice: start must be a 1-D integer tensor, got {start!r}")
+        return start
+    if not isinstance(start, (list, tuple)):
+        return check_shape_arg("slice", "start", start)
+    arrays = {i: d for i, d in enumerate(start) if isinstance(d, (jax.Array, np.ndarray))}
+    for d in arrays.values():
+        if np.ndim(d) != 0 or not jnp.issubdtype(d.dtype, jnp.integer):
+            raise ValueError(f"slice: start must hold ints or integer scalars, got {start!r}")
+    traced = {i: d for i, d in arrays.items() if isinstance(d, jax.core.Tracer)}
+    entries = list(start)
+    for i, d in arrays.items():
+        entries[i] = 0 if i in traced else int(d)  # a traced start is checked when it runs
+    checked = check_shape_arg("slice", "start", entries)
+    return tuple(traced.get(i, d) for i, d in enumerate(checked))
 
 
 def _check_slice(x: TensorLike, start: Any, size: Any) -> None:
@@ -417,7 +473,7 @@ def _check_slice(x: TensorLike, start: Any, size: Any) -> None:
     if begin is None or lengths is None:
         return
     for dim, b, n in zip(int_shape(x), begin, lengths):
-        if None not in (dim, b, n) and b + max(n, 0) > dim:
+        if None not in (dim, b, n) and not isinstance(b, jax.core.Tracer) and b + max(n, 0) > dim:
             raise ValueError(
                 f"slice: start={start!r} with size={size!r} goes past the end of a tensor of "
                 f"shape {int_shape(x)}"
@@ -427,19 +483,31 @@ def _check_slice(x: TensorLike, start: Any, size: Any) -> None:
 def slice(x: TensorLike, start: Any, size: Any) -> TensorLike:
     """Extracts a block, like ``tf.slice``: ``size[i]`` elements from ``start[i]`` on axis ``i``.
 
+    Starts may be computed in the graph (from a placeholder, a variable, a step of ``K.rnn``,
+    a tracer of ``jax.jit``): the block is then taken with ``lax.dynamic_slice``, which needs
+    its sizes when the graph is traced, and clamps each start so that the block fits (where TF
+    raises at run time).
+
     Args:
         x: a tensor or variable.
-        start: one start index per axis: ints or scalar tensors known when the graph is
-            traced (e.g. derived from ``K.shape``).
-        size: one length per axis, likewise; -1 takes everything to the end of the axis.
+        start: one start index per axis: ints or integer scalar tensors, or a 1-D integer
+            tensor.
+        size: one length per axis: ints or scalar tensors known when the graph is traced
+            (e.g. derived from ``K.shape``); -1 takes everything to the end of the axis
+            (for a start computed in the graph, only where that start is known when tracing).
 
     Returns:
         A tensor of shape ``size`` (with -1 entries resolved).
 
     Raises:
-        ValueError: for entries that do not match the rank or go past the end.
+        ValueError: for entries that do not match the rank or go past the end, and, naming
+            ``size``, for sizes that are computed in the graph or a -1 after a computed start.
+
+    Example:
+        >>> t = K.placeholder((), dtype="int32")
+        >>> block = K.slice(K.placeholder((None, 12)), [0, t], [-1, 2])  # 2 columns from t
     """
-    start = check_shape_arg("slice", "start", start)
+    start = _checked_start(start)
     size = check_shape_arg("slice", "size", size, allow_unknown=ndim(x))
     _check_slice(x, start, size)
     return _slice(x, start, size)
