@@ -312,3 +312,15 @@ def test_mean_gradient_and_unknown_batch():
     assert K.int_shape(out) == (3,) and K.int_shape(K.var(p, axis=1)) == (None,)
     (g,) = K.gradients(K.sum(out), [p])
     np.testing.assert_allclose(K.function([p], [g])([np.ones((4, 3), np.float32)])[0], 0.25)
+
+
+def test_in_top_k_takes_a_tensor_k_as_tf_does():
+    predictions = np.array([[0.1, 0.5, 0.4], [0.3, 0.3, 0.4], [0.2, 0.7, 0.1]], np.float32)
+    targets = np.array([2, 0, 2], np.int32)
+    for k, want in ((1, [False, False, False]), (2, [True, True, False]), (3, [True] * 3)):
+        got = run_all_ways(lambda p, t, n: K.in_top_k(p, t, n), [predictions, targets, np.int32(k)])
+        for way, value in got.items():
+            if way != "symbolic":
+                np.testing.assert_array_equal(value, want, err_msg=way)
+    with pytest.raises(TypeError, match="k must be an int or an integer scalar tensor"):
+        K.in_top_k(predictions, targets, K.variable(2.0))

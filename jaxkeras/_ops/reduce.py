@@ -7,9 +7,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from jaxkeras._engine.graph import ARRAY_TYPES, dtype_of, op
+from jaxkeras._engine.graph import ARRAY_TYPES, Node, dtype_of, op
 from jaxkeras._ops.common import (
     Axes,
     TensorLike,
@@ -28,6 +29,7 @@ from jaxkeras.checks import (
     check_axes_of,
     check_axis_of,
     check_int,
+    is_int,
 )
 from jaxkeras.config import floatx
 from jaxkeras.tensors import int_shape, ndim
@@ -368,15 +370,15 @@ def l2_normalize(x: TensorLike, axis: Axes = None) -> TensorLike:
     return _l2_normalize(x, check_axes_of("l2_normalize", "axis", x, axis))
 
 
-@op(name="in_top_k", jit=("k",))
-def _in_top_k(predictions: Any, targets: Any, k: int) -> Any:
+@op(name="in_top_k", jit=())
+def _in_top_k(predictions: Any, targets: Any, k: Any) -> Any:
     num_classes = predictions.shape[-1]
     valid = (targets >= 0) & (targets < num_classes)
     picked = jnp.clip(targets, 0, num_classes - 1).astype(jnp.int32)
     target_scores = jnp.take_along_axis(predictions, picked[:, None], axis=-1)
     higher = jnp.sum(predictions > target_scores, axis=-1)
     finite = jnp.all(jnp.isfinite(predictions), axis=-1)
-    return valid & finite & (higher < k)
+    return valid & finite & (higher < jnp.asarray(k).astype(higher.dtype))
 
 
 def in_top_k(predictions: TensorLike, targets: TensorLike, k: int) -> TensorLike:
@@ -389,17 +391,23 @@ def in_top_k(predictions: TensorLike, targets: TensorLike, k: int) -> TensorLike
     Args:
         predictions: a float tensor of shape ``(batch_size, classes)``.
         targets: an integer tensor of shape ``(batch_size,)``.
-        k: the number of top predictions to consider.
+        k: the number of top predictions to consider: an int, or (as TF takes it) an
+            integer scalar tensor.
 
     Returns:
         A bool tensor of shape ``(batch_size,)``.
 
     Raises:
         ValueError: for inputs of the wrong rank or a negative ``k``.
+        TypeError: for a ``k`` that is neither an int nor an integer scalar tensor.
     """
     if ndim(predictions) != 2 or ndim(targets) != 1:
         raise ValueError(
             "in_top_k: expected predictions of rank 2 and targets of rank 1, got shapes "
             f"{int_shape(predictions)} and {int_shape(targets)}"
         )
+    if isinstance(k, (Node, jax.Array, np.ndarray)) and not is_int(k):
+        if ndim(k) != 0 or not jnp.issubdtype(dtype_of(k), jnp.integer):
+            raise TypeError(f"in_top_k: k must be an int or an integer scalar tensor, got {k!r}")
+        return _in_top_k(predictions, targets, k)
     return _in_top_k(predictions, targets, check_int("in_top_k", "k", k))
