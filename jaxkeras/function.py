@@ -43,6 +43,7 @@ from jaxkeras._engine.graph import (
 from jaxkeras._engine.graph.interpret import evaluate_in_slices
 from jaxkeras._engine.packs import StateLayout
 from jaxkeras._engine.store import STORE, place_like, stored_layout, to_numpy
+from jaxkeras._ops.spatial import lowered_for
 from jaxkeras._xla import cpu_memory
 from jaxkeras._xla.options import compiler_options
 from jaxkeras.state import (
@@ -400,13 +401,15 @@ class Function:
         """
         n_state, n_rng = self._layout.n_args, int(bool(self._random))
         first_feed = n_state + n_rng
+        platform = _platform_of(args)
 
         def run(*flat):
             rng = flat[n_state] if n_rng else None
-            if self.steps_per_call > 1:
-                outputs, new = self._steps(key, flat[:n_state], rng, flat[first_feed:])
-            else:
-                outputs, new = self._traced(key, flat[:n_state], rng, flat[first_feed:])
+            with lowered_for(platform):
+                if self.steps_per_call > 1:
+                    outputs, new = self._steps(key, flat[:n_state], rng, flat[first_feed:])
+                else:
+                    outputs, new = self._traced(key, flat[:n_state], rng, flat[first_feed:])
             return (*outputs, *new)
 
         run.__name__ = run.__qualname__ = self.name or "k_function"  # jit(train_function)
@@ -755,6 +758,25 @@ def _calls_back(jaxpr: Any) -> bool:
                 if hasattr(inner, "eqns") and _calls_back(inner):
                     return True
     return False
+
+
+def _platform_of(args: Sequence[Any]) -> str | None:
+    """The one platform a ``jax.jit`` of ``args`` runs on (that of the arrays' devices and of
+    JAX's default device, which takes NumPy arguments; a distribution has placed the feeds
+    and variables on its devices before), or
+    ``None`` when they disagree (then the ops that lower per platform leave the choice to
+    the lowering: :func:`jaxkeras._ops.spatial.per_platform`)."""
+    platforms = {
+        device.platform
+        for arg in args
+        if isinstance(arg, jax.Array) and not isinstance(arg, jax.core.Tracer)
+        for device in arg.devices()
+    }
+    default = jax.config.jax_default_device  # None, a device or a platform name
+    if default is None:
+        default = jax.default_backend()
+    platforms.add(getattr(default, "platform", default))
+    return platforms.pop() if len(platforms) == 1 else None
 
 
 def _check_phase(value: Any) -> int:

@@ -21,7 +21,7 @@ from jax import lax
 
 from jaxkeras._engine import graph
 from jaxkeras._engine.graph import Context, Placeholder, Symbolic, dtype_of
-from jaxkeras._ops.spatial import loop_body
+from jaxkeras._ops.spatial import loop_body, per_platform
 from jaxkeras.checks import check_bool, check_callable, check_dtype, compatible
 from jaxkeras.state import forbid_updates
 from jaxkeras.tensors import int_shape, ndim
@@ -330,9 +330,8 @@ def _scan(body: Callable, carry: Any, xs: Any, steps: int, slow_in_cpu_loops: bo
     if not slow_in_cpu_loops or steps > _MAX_UNROLLED_STEPS:
         with loop_body():
             return lax.scan(_saving_dots(body), carry, xs)
-    return lax.platform_dependent(
-        carry,
-        xs,
+    return per_platform(
+        (carry, xs),
         cpu=lambda c, x: lax.scan(body, c, x, unroll=True),
         default=lambda c, x: lax.scan(body, c, x),
     )

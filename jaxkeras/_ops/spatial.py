@@ -144,20 +144,67 @@ def in_loop_body() -> bool:
     return _IN_LOOP_BODY.get()
 
 
+_LOWERED_FOR: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "jaxkeras_lowered_for", default=None
+)
+
+
+@contextlib.contextmanager
+def lowered_for(platform: str | None) -> Iterator[None]:
+    """Marks the ops traced inside as part of a computation that will be lowered for
+    ``platform`` alone (``K.function``'s own compiles), so that :func:`per_platform` picks
+    its branch at once instead of tracing one per platform.
+
+    Args:
+        platform: a JAX platform name, or ``None`` when the platform is not known yet.
+
+    Returns:
+        A context manager.
+    """
+    token = _LOWERED_FOR.set(platform)
+    try:
+        yield
+    finally:
+        _LOWERED_FOR.reset(token)
+
+
+def per_platform(operands: tuple, cpu: Callable, default: Callable) -> Any:
+    """``cpu(*operands)`` where the computation is compiled for CPU, else ``default(*operands)``.
+
+    Inside :func:`lowered_for` a platform the choice is made now; elsewhere (``f.pure`` in the
+    user's own ``jax.jit``, an export for several platforms) by ``lax.platform_dependent`` when
+    the computation is lowered, so it follows the device it runs on. ``lax.platform_dependent``
+    traces every branch, and differentiates each in a gradient: half of a convnet's tracing
+    time went there (``benchmarks/RESULTS.md``, "cold start" rows); the lowered program is the
+    same either way (JAX keeps only the branch of the platform it lowers for).
+
+    Args:
+        operands: the arrays both branches take.
+        cpu: the branch for CPU.
+        default: the branch for every other platform.
+
+    Returns:
+        The chosen branch's result.
+    """
+    platform = _LOWERED_FOR.get()
+    if platform is not None:
+        return (cpu if platform == "cpu" else default)(*operands)
+    return lax.platform_dependent(*operands, cpu=cpu, default=default)
+
+
 def lower(
     lowerings: dict[str, Callable], lowering: str, cpu_choice: str, operands: tuple, *args: Any
 ) -> Any:
     """Calls one lowering of an op: ``lowerings[lowering](*operands, *args)``.
 
     ``lowering='auto'`` means ``lowerings[cpu_choice]`` where the computation is compiled for
-    CPU and ``lowerings['lax']`` on every other platform. The choice is made by
-    ``lax.platform_dependent`` when the computation is lowered, so it follows the device the
-    computation runs on (not the default backend at trace time).
+    CPU and ``lowerings['lax']`` on every other platform (:func:`per_platform`), so it
+    follows the device the computation runs on (not the default backend at trace time).
     """
     if lowering == "auto" and cpu_choice != "lax":
         on_cpu, elsewhere = lowerings[cpu_choice], lowerings["lax"]
-        return lax.platform_dependent(
-            *operands,
+        return per_platform(
+            operands,
             cpu=lambda *ops: on_cpu(*ops, *args),
             default=lambda *ops: elsewhere(*ops, *args),
         )
