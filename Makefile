@@ -21,10 +21,10 @@ BENCH_VENV := .venv-bench
 
 .PHONY: test test-fast test-matrix demo lint docs bench bench-quick gpu-check clean
 
-# The Pythons pyproject.toml's classifiers name; test-matrix runs make test on each this
-# machine has. Make rather than nox or tox: nothing more to install, and the same venvs and
-# targets as make test PY=...
-PYTHONS := 3.10 3.11 3.12 3.13
+# The Pythons pyproject.toml's classifiers name (jaxlib 0.10 and later need 3.11); test-matrix
+# runs make test on each this machine has. Make rather than nox or tox: nothing more to
+# install, and the same venvs and targets as make test PY=...
+PYTHONS := 3.11 3.12 3.13
 
 $(BIN)/python:
 	@python=$$($(call FIND_PY,$(PY))) || { echo "make: no $(PY) on this machine" >&2; exit 1; }; \
