@@ -42,10 +42,30 @@ $(KERAS_SUITE): | $(BIN)/python
 		Keras-2.3.1/tests
 	rm $(KERAS_TESTS)/Keras-2.3.1.tar.gz
 
+# Keras 2.2.0 and 2.2.4 (never committed), each importable from its own folder (the venv's
+# Keras is 2.3.1), 2.2.0 with the Keras-Applications and -Preprocessing it pins (2.2.4 takes
+# the venv's), and Keras 2.2.4's backend tests from its source distribution. tests/test_keras22.py
+# finds them in the venv that runs it (sys.prefix/keras-2.2)
+KERAS22 := $(VENV)/keras-2.2
+KERAS22_READY := $(KERAS22)/.ready
+
+$(KERAS22_READY): | $(BIN)/python
+	rm -rf $(KERAS22)
+	$(BIN)/python -m pip install -q --no-deps --target $(KERAS22)/2.2.0 keras==2.2.0 \
+		keras_applications==1.0.2 keras_preprocessing==1.0.1
+	$(BIN)/python -m pip install -q --no-deps --target $(KERAS22)/2.2.4 keras==2.2.4
+	mkdir -p $(KERAS22)/2.2.4-tests
+	$(BIN)/python -m pip download -q --no-deps --no-binary :all: keras==2.2.4 -d $(KERAS22)
+	tar xzf $(KERAS22)/Keras-2.2.4.tar.gz -C $(KERAS22)/2.2.4-tests --strip-components=1 \
+		Keras-2.2.4/tests/conftest.py Keras-2.2.4/tests/keras/backend/backend_test.py \
+		Keras-2.2.4/tests/keras/backend/reference_operations.py
+	rm $(KERAS22)/Keras-2.2.4.tar.gz
+	touch $@
+
 # the tests find this venv's Keras 2.3.1 tree through JAXKERAS_KERAS_TESTS
 RUN_TESTS := JAXKERAS_KERAS_TESTS=$(abspath $(KERAS_TESTS)) $(BIN)/python -m pytest
 
-test: $(STAMP) $(KERAS_SUITE)
+test: $(STAMP) $(KERAS_SUITE) $(KERAS22_READY)
 	$(RUN_TESTS) -n 2 tests
 	$(BIN)/python -m pytest -p no:cacheprovider --doctest-modules jaxkeras
 
