@@ -239,13 +239,10 @@ class Function:
         # whether the graph calls back into Python: then its calls donate nothing and wait for
         # their results before the store takes them (see _compile)
         self._calls_back = False
-        # tiered compilation (jaxkeras.tiers): what the optimized compile needs, per key, until
-        # the second call starts it; the optimized jits it made, until a call takes them
-        self._to_optimize: dict[Any, tuple] = {}
-        self._upgrades: dict[Any, Any] = {}
-        self._generation = 0  # bumped whenever the executables are dropped
-        self._optimized = False
-        self._optimizing: list = []  # the threads compiling them
+        # tiered compilation (jaxkeras.tiers): each key's way to its optimized executable,
+        # until a call takes it; the options of the executable compiled or moved to last
+        self._to_optimize: dict[Any, tiers.Upgrade] = {}
+        self._options: dict[str, Any] | None = compiler_options()
         self._ahead: Ahead | None = None  # the other planned batch sizes, compiling
         _FUNCTIONS.add(self)
 
@@ -383,8 +380,7 @@ class Function:
 
     def _compile(self, key: Any, args: tuple) -> Any:
         """Compiles the graph for ``key``, its learning phase and dtype policy (see
-        :func:`_compile_key`; a function that updates variables is traced now, on ``args``; one
-        that only reads is traced by its first call).
+        :func:`_compile_key`), tracing it now, on ``args``.
 
         The compiled function takes flat positional arguments (the state, as laid out by
         :class:`~jaxkeras._engine.packs.StateLayout`, its updated part donated; the random-run table
@@ -396,8 +392,9 @@ class Function:
         their results before the store takes the new state, since on an accelerator a failure
         while it runs shows only when its results are read (on CPU the call raises at once).
         Errors found while tracing change nothing. JAX reuses the trace looked at for
-        callbacks (for either compilation), so the graph is traced once per phase and input
-        signature.
+        callbacks and for the program's size (for every compilation: the quick tier's options
+        depend on that size, :func:`jaxkeras.tiers.quick_options`), so the graph is traced once
+        per phase and input signature.
         """
         n_state, n_rng = self._layout.n_args, int(bool(self._random))
         first_feed = n_state + n_rng
@@ -416,19 +413,20 @@ class Function:
 
         if jax.process_count() > 1:
             self._convert = to_numpy
-        options = self.compiler_options
         donated = self._layout.donated
         if self.check_numerics:  # a failed check keeps the state as it was
             donated = ()
-        used = donated
-        compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
-        if donated and _calls_back(compiled.trace(*args).jaxpr.jaxpr):
-            used = ()
-            compiled = jax.jit(run, compiler_options=options)
+        jaxpr = jax.jit(run, donate_argnums=donated).trace(*args).jaxpr
+        if donated and _calls_back(jaxpr.jaxpr):
+            donated = ()
             self._calls_back = True
-        self._compiled[key] = compiled
+        options = compiler_options()
         if tiers.has_second_tier():
-            self._to_optimize[key] = [run, used, tiers.CALLS_BEFORE_OPTIMIZING]
+            options = tiers.quick_options(tiers.program_size(jaxpr))
+            self._to_optimize[key] = tiers.Upgrade(run, donated)
+        compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
+        self._compiled[key] = compiled
+        self._options = options
         return compiled
 
     def _compile_first(self, key: Any, args: tuple) -> Any:
@@ -450,8 +448,7 @@ class Function:
     def _drop_compiled(self) -> None:
         """Forgets every executable, and any optimized one still compiling."""
         self._compiled, self._ahead = {}, None
-        self._to_optimize, self._upgrades, self._optimized = {}, {}, False
-        self._generation += 1
+        self._to_optimize = {}
 
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
@@ -481,9 +478,10 @@ class Function:
     def compiler_options(self) -> dict[str, Any] | None:
         """The XLA options this function is compiled with, for a ``jax.jit`` of your own
         (``jax.jit(f.pure, compiler_options=f.compiler_options)``); ``None`` for XLA's
-        defaults (see :func:`jaxkeras._xla.options.compiler_options`): the optimized tier's once
-        this function runs it (:mod:`jaxkeras.tiers`)."""
-        return tiers.optimized_options() if self._optimized else compiler_options()
+        defaults (see :func:`jaxkeras._xla.options.compiler_options`): the quick tier's for this
+        program (:func:`jaxkeras.tiers.quick_options`), the optimized tier's once this function
+        runs it (:mod:`jaxkeras.tiers`)."""
+        return self._options
 
     # calling -----------------------------------------------------------------------------------
 
@@ -563,42 +561,27 @@ class Function:
 
     def _next_tier(self, key: Any, compiled: Any, args: tuple) -> Any:
         """Tiered compilation (:mod:`jaxkeras.tiers`): the call of a key that follows its
-        ``CALLS_BEFORE_OPTIMIZING`` calls starts its optimized compile in the background, and
-        as many calls later the key moves to it (waiting for it if need be): always at the
-        same call, so that a run computes the same numbers however long the compile took.
-        Returns the executable to call."""
-        source = self._to_optimize.get(key)
-        if source is None:
+        ``CALLS_BEFORE_OPTIMIZING`` calls starts its optimized compile in the background; a
+        later call moves to it, when :meth:`jaxkeras.tiers.Upgrade.due` says. Returns the
+        executable to call."""
+        upgrade = self._to_optimize.get(key)
+        if upgrade is None:
             return compiled
-        source[2] -= 1
-        if source[2] == 0:
-            generation = self._generation
-
-            def done(jitted: Any) -> None:
-                if self._generation == generation:
-                    self._upgrades[key] = jitted
-
-            run, donated = source[0], source[1]
-            thread = tiers.compile_optimized(run, donated, args, len(self._feed_inputs), done)
-            source.append(thread)
-            if thread is not None:
-                self._optimizing.append(thread)
-        elif source[2] <= -tiers.CALLS_BEFORE_OPTIMIZING:
+        upgrade.countdown -= 1
+        if upgrade.countdown == 0:
+            upgrade.start(args, len(self._feed_inputs))
+        elif upgrade.countdown < 0 and upgrade.due():
             return self._take_optimized(key, compiled)
         return compiled
 
     def _take_optimized(self, key: Any, compiled: Any) -> Any:
         """Waits for ``key``'s optimized compile and moves to it (stays on ``compiled`` when it
         failed); the key then has no further tier."""
-        source = self._to_optimize.pop(key)
-        thread = source[3] if len(source) > 3 else None
-        if thread is not None:
-            thread.join()
-        upgraded = self._upgrades.pop(key, None)
+        upgraded = self._to_optimize.pop(key).result()
         if upgraded is None:
             return compiled
         self._compiled[key] = upgraded
-        self._optimized = True
+        self._options = tiers.optimized_options()
         return upgraded
 
     def _check_flags(self, phase: int, flags: Any) -> None:
@@ -619,19 +602,18 @@ class Function:
         moves to them now, rather than at the call where it would have.
 
         Args:
-            timeout: the most seconds to wait in all (``None``: as long as it takes).
+            timeout: the most seconds to wait for each (``None``: as long as it takes).
 
         Returns:
             Whether the optimized tier is in use.
         """
-        for thread in list(self._optimizing):
-            thread.join(timeout)
-            if thread.is_alive():
+        started = [k for k, upgrade in self._to_optimize.items() if upgrade.started]
+        for key in started:
+            if not self._to_optimize[key].wait(timeout):
                 return False
-        self._optimizing = []
-        for key in [k for k, source in self._to_optimize.items() if len(source) > 3]:
+        for key in started:
             self._take_optimized(key, self._compiled.get(key))
-        return self._optimized
+        return self._options == tiers.optimized_options() and tiers.has_second_tier()
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
         """Runs the graph on ``inputs`` (one value per input tensor, in order).

@@ -1,37 +1,50 @@
 """Tiered compilation: a ``K.function`` starts on a quick compile and moves to an optimized one.
 
 On CPU, ``K.function`` compiles with options that make XLA compile quickly (its classic fusion
-emitters, LLVM's optimization level 1, as many LLVM modules as cores; see
+emitters, a low LLVM optimization level, as many LLVM modules as cores; see
 :func:`jaxkeras._xla.options.compiler_options`), which costs some speed in the compiled fusions
-(an MLP's train step, measured by hand: ``benchmarks/RESULTS.md``, "Design measurements (by
-hand)", "tiered compilation"). With tiered compilation (on
-by default), a function's first compile is the quick one; once it has been called
-:data:`CALLS_BEFORE_OPTIMIZING` times (so that a short run, a notebook cell, a first epoch of
-a few dozen batches, pays nothing more), a background thread compiles the same program again
-with XLA's own fusion emitters, optimization level and module count (the options that choose
-kernels stay: :func:`optimized_options`), for that call's shapes and for the other batch
-sizes announced to :func:`jaxkeras._engine.ahead.plan_batch_sizes`; :data:`CALLS_BEFORE_OPTIMIZING`
-calls later the function moves to the optimized executable (waiting for it, should it not
-be ready): always at the same call, so that a run computes the same numbers however long the
-compile took (``f.wait_optimized()`` waits and moves at once).
-Nothing is traced again (JAX shares the trace between both compilations), and a failed
-background compile changes nothing (the quick executable stays). A persistent compilation
-cache, when one is enabled (:mod:`jaxkeras.process`), stores both, so a later process finds
-the optimized executable compiled when its turn comes.
+(``benchmarks/RESULTS.md``, "Design measurements (by hand)", "tiered compilation"). A large
+program (at least :data:`LARGE_PROGRAM` operations, a ``keras.applications`` model's train
+step) compiles at LLVM's level 0, which takes a quarter of the time of level 1 there and
+runs about as fast, its time being in library convolutions and matrix products (rows "cold
+start" of ``benchmarks/RESULTS.md``); a small one at level 1, where level 0 would run its
+fusions several times slower and compiling takes well under a second anyway.
 
-The two tiers run the same computation; their results can differ in the last bits where the
-optimizer reorders floating-point work (``benchmarks/RESULTS.md``, ``tests/test_tiers.py``).
+With tiered compilation (on by default), a function's first compile is the quick one; once it
+has been called :data:`CALLS_BEFORE_OPTIMIZING` times (so that a short run, a notebook cell,
+pays nothing more), a background thread compiles the same program again with XLA's own
+fusion emitters, optimization level and module count (the options that choose kernels stay:
+:func:`optimized_options`), for that call's shapes and for the other batch sizes announced to
+:func:`jaxkeras._engine.ahead.plan_batch_sizes`. When the function moves to it depends on
+the mode (:func:`set_tiered_compilation`, ``$JAXKERAS_TIERED_COMPILATION``):
+
+- ``"never_wait"`` (the default): at the first call after the optimized executable is
+  ready. Training never stops for the compile; the call at which it moves depends on how
+  long the compile took, and the two tiers round differently in the last bits (LLVM's
+  levels contract multiply-adds differently, the fusion emitters vectorize differently), so
+  two runs of the same program agree to rounding, not bit for bit.
+- ``"reproducible"``: at a fixed call, :data:`CALLS_BEFORE_OPTIMIZING` calls after the compile
+  started, waiting for it there should it not be ready: the same numbers in every run, at
+  the price of that wait (a large model's optimized compile outlasts those calls on a small
+  machine).
+- off (``False``, ``"0"``): one tier, the quick compile at level 1, bit for bit the same in
+  every run.
+
+``f.wait_optimized()`` waits and moves at once in either mode. Nothing is traced again (JAX
+shares the trace between both compilations), and a failed background compile changes nothing
+(the quick executable stays). A persistent compilation cache, when one is enabled
+(:mod:`jaxkeras.process`), stores both, so a later process finds the optimized executable
+compiled when its turn comes.
+
 ``f.compiler_options`` names the options of the executable in use, so that
-``jax.jit(f.pure, compiler_options=f.compiler_options)`` computes what ``f`` does.
-
-Switch it off with ``JAXKERAS_TIERED_COMPILATION=0`` or :func:`set_tiered_compilation`
-(``False``): functions then keep the quick compile. Other backends compile with XLA's
-defaults from the start and have one tier.
+``jax.jit(f.pure, compiler_options=f.compiler_options)`` computes what ``f`` does, bit for bit.
+Other backends compile with XLA's defaults from the start and have one tier.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -46,39 +59,116 @@ from jaxkeras.config import env_switch
 __all__ = [
     "CALLS_BEFORE_OPTIMIZING",
     "ENV_VAR",
+    "LARGE_PROGRAM",
+    "MODES",
+    "mode",
     "optimized_options",
     "set_tiered_compilation",
     "tiered",
 ]
 
 ENV_VAR = "JAXKERAS_TIERED_COMPILATION"
-CALLS_BEFORE_OPTIMIZING = 64
+CALLS_BEFORE_OPTIMIZING = 16
 """How many calls of a function (per learning phase and dtype policy) run the quick compile
-before the optimized one starts compiling."""
-_SWITCH: list[bool | None] = [None]  # None: as the environment says (on unless "0")
+before the optimized one starts compiling (and, in the ``"reproducible"`` mode, how many more
+before the function moves to it)."""
+LARGE_PROGRAM = 3000
+"""The number of operations (JAX equations, counted into loop bodies and calls) from which a
+program's quick compile is at LLVM's level 0 instead of 1."""
+MODES = ("never_wait", "reproducible")
+"""The modes of tiered compilation: when a function moves to its optimized executable."""
+_SWITCH: list[str | None] = [None]  # None: as the environment says
 # the options that only make compiling quicker: the optimized tier leaves them to XLA
 _QUICK_ONLY = (options.CPU_FUSION_FLAG, options.CPU_LEVEL_FLAG, options.CPU_SPLIT_FLAG)
+_OFF = "off"
 
 
-def set_tiered_compilation(on: bool) -> None:
-    """Turns tiered compilation on or off for the functions compiled from now on.
+def set_tiered_compilation(on: bool | str) -> None:
+    """Turns tiered compilation on or off, or picks its mode, for the functions compiled from
+    now on.
 
     Args:
-        on: whether a function's quick compile is followed by an optimized one.
+        on: ``True`` or ``"never_wait"`` (move to the optimized executable once it is ready),
+            ``"reproducible"`` (move at a fixed call, waiting for it there if need be), or
+            ``False`` (keep the quick compile).
+
+    Raises:
+        ValueError: for any other value.
     """
-    _SWITCH[0] = bool(on)
+    if on is True or on is False:
+        _SWITCH[0] = MODES[0] if on else _OFF
+    elif on in MODES:
+        _SWITCH[0] = on
+    else:
+        raise ValueError(
+            f"set_tiered_compilation: on must be True, False or one of {MODES}, got {on!r}"
+        )
+
+
+def mode() -> str:
+    """The mode of tiered compilation: :func:`set_tiered_compilation`'s, else
+    ``$JAXKERAS_TIERED_COMPILATION``'s (a yes or no word, or a mode's name; empty or unset:
+    ``"never_wait"``).
+
+    Returns:
+        ``"never_wait"``, ``"reproducible"`` or ``"off"``.
+
+    Raises:
+        ValueError: naming the variable and its value when it is none of those.
+    """
+    if _SWITCH[0] is not None:
+        return _SWITCH[0]
+    said = os.environ.get(ENV_VAR, "").strip().lower()
+    if said in MODES:
+        return said
+    return _OFF if env_switch(ENV_VAR) is False else MODES[0]
 
 
 def tiered() -> bool:
-    """Whether tiered compilation is on (:func:`set_tiered_compilation`, else
-    ``$JAXKERAS_TIERED_COMPILATION``, else on).
+    """Whether tiered compilation is on (:func:`mode` is not ``"off"``).
 
     Returns:
         ``True`` when a quick compile is followed by an optimized one.
     """
-    if _SWITCH[0] is not None:
-        return _SWITCH[0]
-    return env_switch(ENV_VAR) is not False
+    return mode() != _OFF
+
+
+def program_size(jaxpr: Any) -> int:
+    """The number of equations of ``jaxpr``, counting those of the jaxprs it holds (loop
+    bodies, branches, nested calls).
+
+    Args:
+        jaxpr: a ``jax.core.Jaxpr`` or ``ClosedJaxpr``.
+
+    Returns:
+        The count.
+    """
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += 1
+        for param in eqn.params.values():
+            for inner in param if isinstance(param, (list, tuple)) else (param,):
+                if hasattr(inner, "eqns") or hasattr(getattr(inner, "jaxpr", None), "eqns"):
+                    count += program_size(inner)
+    return count
+
+
+def quick_options(size: int) -> dict[str, Any] | None:
+    """The options of the quick tier for a program of ``size`` operations:
+    ``K.function``'s, at LLVM's level 0 from :data:`LARGE_PROGRAM` operations on (unless
+    ``XLA_FLAGS`` sets the level).
+
+    Args:
+        size: the program's :func:`program_size`.
+
+    Returns:
+        The options (``None`` for XLA's defaults).
+    """
+    quick = options.compiler_options()
+    if quick is None or size < LARGE_PROGRAM or options.CPU_LEVEL_FLAG not in quick:
+        return quick
+    return {**quick, options.CPU_LEVEL_FLAG: 0}
 
 
 def optimized_options() -> dict[str, Any] | None:
@@ -104,45 +194,94 @@ def has_second_tier() -> bool:
     return tiered() and optimized_options() != options.compiler_options()
 
 
-def compile_optimized(
-    run: Callable[..., Any],
-    donated: tuple[int, ...],
-    args: tuple,
-    n_feeds: int,
-    done: Callable[[Any], None],
-) -> threading.Thread | None:
-    """Starts compiling ``run`` with :func:`optimized_options` in a background thread, for the
-    shapes of ``args`` and the other planned batch sizes; calls ``done(jitted)`` when all
-    compiled.
+class Upgrade:
+    """One compiled program's way to its optimized executable (per function, learning phase
+    and dtype policy): a countdown of calls, then a background compile, then the move.
 
     Args:
         run: the traced function (the quick tier's ``jax.jit`` wraps the same).
         donated: its donated argument indices.
-        args: the first call's flat arguments, the feeds last.
-        n_feeds: how many of ``args`` are feeds.
-        done: receives the optimized ``jax.jit`` object.
 
-    Returns:
-        The started thread, or ``None`` when the arguments cannot be described for lowering.
+    Attributes:
+        countdown: calls left before the compile starts (the function counts it down; below
+            zero, calls since it started).
+        reproducible: whether the move waits for a fixed call (the ``"reproducible"`` mode
+            when the program was compiled).
     """
-    jobs = planned_specs(args, n_feeds)
-    if not jobs:
-        return None
-    jitted = jax.jit(run, donate_argnums=donated, compiler_options=optimized_options())
-    where = DISTRIBUTION.current()  # the thread lowers in the caller's distribution scope
 
-    def work() -> None:
-        scope = contextlib.nullcontext() if where is None else DISTRIBUTION.scoped(where)
-        try:
-            with scope:
-                for job in jobs:
-                    jitted.lower(*job).compile()
-        except Exception:  # the quick tier stays; a call with these shapes raises it
+    def __init__(self, run: Callable[..., Any], donated: tuple[int, ...]) -> None:
+        self._run = run
+        self._donated = donated
+        self.countdown = CALLS_BEFORE_OPTIMIZING
+        self.reproducible = mode() == "reproducible"
+        self._thread: threading.Thread | None = None
+        self._jitted: Any = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the optimized compile has started (or could not: nothing to wait for)."""
+        return self.countdown <= 0
+
+    def start(self, args: tuple, n_feeds: int) -> None:
+        """Starts compiling with :func:`optimized_options` in a background thread, for the
+        shapes of ``args`` and the other planned batch sizes.
+
+        Args:
+            args: a call's flat arguments, the feeds last.
+            n_feeds: how many of ``args`` are feeds.
+        """
+        jobs = planned_specs(args, n_feeds)
+        if not jobs:  # the arguments cannot be described for lowering: no second tier
             return
-        done(jitted)
+        jitted = jax.jit(
+            self._run, donate_argnums=self._donated, compiler_options=optimized_options()
+        )
+        where = DISTRIBUTION.current()  # the thread lowers in the caller's distribution scope
 
-    # not a daemon: the interpreter waits for it at exit (killing a thread inside an XLA
-    # compile aborts the process)
-    thread = threading.Thread(target=work, name="jaxkeras-optimized-compile")
-    thread.start()
-    return thread
+        def work() -> None:
+            scope = contextlib.nullcontext() if where is None else DISTRIBUTION.scoped(where)
+            try:
+                with scope:
+                    for job in jobs:
+                        jitted.lower(*job).compile()
+            except Exception:  # the quick tier stays; a call with these shapes raises it
+                return
+            self._jitted = jitted
+
+        # not a daemon: the interpreter waits for it at exit (killing a thread inside an XLA
+        # compile aborts the process)
+        thread = threading.Thread(target=work, name="jaxkeras-optimized-compile")
+        thread.start()
+        self._thread = thread  # (started: calls in other threads may join it now)
+
+    def due(self) -> bool:
+        """Whether the call now counted should move to the optimized executable: once it is
+        ready (or failed), or in the ``"reproducible"`` mode at the fixed call
+        :data:`CALLS_BEFORE_OPTIMIZING` calls after the compile started, ready or not.
+
+        Returns:
+            ``True`` to move now (:meth:`result` then waits for the executable if need be).
+        """
+        if self.reproducible:
+            return self.countdown <= -CALLS_BEFORE_OPTIMIZING
+        return self._thread is None or not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Waits for the compile in flight.
+
+        Args:
+            timeout: the most seconds to wait (``None``: as long as it takes).
+
+        Returns:
+            Whether it has ended.
+        """
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def result(self) -> Any:
+        """Waits for the compile and returns the optimized ``jax.jit`` (``None`` when it failed
+        or never started)."""
+        self.wait()
+        return self._jitted

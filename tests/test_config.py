@@ -479,7 +479,9 @@ _SWITCHES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "read", "unsaid", "yes", "no"), _SWITCHES)
+@pytest.mark.parametrize(
+    ("name", "read", "unsaid", "yes", "no"), _SWITCHES, ids=[s[0] for s in _SWITCHES]
+)
 @pytest.mark.parametrize(
     ("value", "means"),
     [
@@ -501,7 +503,9 @@ def test_every_switch_reads_one_rule(monkeypatch, name, read, unsaid, yes, no, v
     assert read() == {"unsaid": unsaid, "yes": yes, "no": no}[means]
 
 
-@pytest.mark.parametrize(("name", "read"), [s[:2] for s in _SWITCHES])
+@pytest.mark.parametrize(
+    ("name", "read"), [s[:2] for s in _SWITCHES], ids=[s[0] for s in _SWITCHES]
+)
 def test_a_switch_set_to_another_word_names_the_variable_and_the_value(monkeypatch, name, read):
     from jaxkeras import tiers
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import jax
 import numpy as np
 import pytest
@@ -23,6 +25,9 @@ def _tiers_on(monkeypatch):
     tiers.set_tiered_compilation(True)
     yield
     tiers.set_tiered_compilation(True)
+    for thread in threading.enumerate():  # no compile of this test's runs into the next one's
+        if thread.name == "jaxkeras-optimized-compile":
+            thread.join()
 
 
 def _train_step():
@@ -109,3 +114,139 @@ def test_the_environment_switches_it_off(tmp_path):
     )
     printed = run_python(code, KERAS_HOME=str(tmp_path), JAXKERAS_TIERED_COMPILATION="0")
     assert printed.split()[-2:] == ["False", "False"]
+
+
+class _Gate:
+    """The optimized compile's jobs, handed out only once ``opened`` is set (a compile that
+    takes as long as a test wants)."""
+
+    def __init__(self, jobs, opened):
+        self.jobs, self.opened = jobs, opened
+
+    def __iter__(self):
+        self.opened.wait(60)
+        return iter(self.jobs)
+
+    def __len__(self):
+        return len(self.jobs)
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    opened = threading.Event()
+    planned = tiers.planned_specs
+    monkeypatch.setattr(tiers, "planned_specs", lambda *a: _Gate(planned(*a), opened))
+    yield opened
+    opened.set()
+
+
+def test_never_wait_moves_at_the_first_call_after_the_compile_is_ready(monkeypatch, gate):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 2)
+    f, _ = _train_step()
+    batch = _batch()
+    quick = f.compiler_options
+    for _ in range(12):  # far past where the reproducible mode would move (and wait)
+        f(batch)
+    assert f.compiler_options == quick  # the compile is held: no call waited for it
+    upgrade = f._to_optimize[0]
+    gate.set()
+    assert upgrade.wait(120)
+    assert f.compiler_options == quick  # ready, but no call has moved yet
+    f(batch)
+    assert f.compiler_options == tiers.optimized_options() != quick
+    assert f.trace_count == 1
+
+
+def test_reproducible_moves_at_a_fixed_call_waiting_for_the_compile(monkeypatch, gate):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 2)
+    tiers.set_tiered_compilation("reproducible")
+    f, _ = _train_step()
+    batch = _batch()
+    quick = f.compiler_options
+    for _ in range(4):  # the compile starts at the third call
+        f(batch)
+    assert f.compiler_options == quick
+    threading.Timer(0.5, gate.set).start()
+    f(batch)  # the fifth: two calls after the start, it waits for the compile
+    assert gate.is_set()
+    assert f.compiler_options == tiers.optimized_options() != quick
+
+
+def _run_losses(calls):
+    """The losses and final weights of ``calls`` steps of a fresh train step from fixed
+    weights and batches."""
+    rng = np.random.default_rng(1)
+    f, ws = _train_step()
+    for w in ws:
+        K.set_value(w, rng.normal(0, 0.2, K.int_shape(w)).astype("float32"))
+    batches = [
+        [
+            rng.standard_normal((16, 32)).astype("float32"),
+            np.eye(10, dtype="float32")[rng.integers(0, 10, 16)],
+        ]
+        for _ in range(4)
+    ]
+    losses = [f(batches[i % 4])[0] for i in range(calls)]
+    f.wait_optimized()
+    return np.array(losses), [K.get_value(w) for w in ws], f
+
+
+def test_reproducible_runs_are_the_same_bit_for_bit(monkeypatch):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 3)
+    tiers.set_tiered_compilation("reproducible")
+    first, first_ws, f = _run_losses(12)
+    assert f.compiler_options == tiers.optimized_options()  # both tiers ran
+    second, second_ws, _ = _run_losses(12)
+    assert first.tobytes() == second.tobytes()
+    for a, b in zip(first_ws, second_ws):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_never_wait_runs_agree_to_rounding_whenever_they_move(monkeypatch, gate):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 2)
+    gate.set()
+    early, early_ws, f = _run_losses(12)  # moves as soon as the compile is done
+    assert f.compiler_options == tiers.optimized_options()
+    tiers.set_tiered_compilation(False)
+    quick, quick_ws, g = _run_losses(12)  # never moves
+    assert g.compiler_options == xla_options.compiler_options()
+    np.testing.assert_allclose(early, quick, rtol=1e-5)
+    for a, b in zip(early_ws, quick_ws):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_large_program_compiles_its_quick_tier_at_level_zero(monkeypatch):
+    small, _ = _train_step()
+    small(_batch())
+    size = tiers.program_size(
+        small._compiled[0]
+        .trace(*small._layout.args(K.state.STORE.values), *small._feeds(_batch())[1])
+        .jaxpr
+    )
+    assert size > 10
+    assert small.compiler_options[xla_options.CPU_LEVEL_FLAG] == 1
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", size)
+    large, ws = _train_step()
+    batch = _batch()
+    large(batch)
+    assert large.compiler_options == {
+        **xla_options.compiler_options(),
+        xla_options.CPU_LEVEL_FLAG: 0,
+    }
+    # the contract holds at level 0 too: f.pure with f's options is what f runs
+    pure = jax.jit(large.pure, compiler_options=large.compiler_options)
+    outputs, new = pure(large.state(), large.next_key(), batch)
+    got = large(batch)
+    assert np.asarray(outputs[0]).tobytes() == np.asarray(got[0]).tobytes()
+    for w in ws:
+        assert np.asarray(new[w.name]).tobytes() == K.get_value(w).tobytes()
+
+
+def test_program_size_counts_into_loop_bodies():
+    def body(c, x):
+        return c + x * 2, c
+
+    flat = jax.make_jaxpr(lambda x: x * 2 + 1)(1.0)
+    looped = jax.make_jaxpr(lambda xs: jax.lax.scan(body, 0.0, xs))(np.ones(3, "float32"))
+    assert tiers.program_size(flat) == 2
+    assert tiers.program_size(looped) == 1 + 3  # the scan, then its body's mul, add and copy
