@@ -48,6 +48,37 @@ def test_importing_jaxkeras_first_then_keras_works(tmp_path):
     assert _probe("import jaxkeras, keras", tmp_path) == ["True", "True", "True", "str"]
 
 
+H5PY_PROBE = """
+import io, os, tempfile
+import h5py
+{load}
+def opens_missing_file():
+    try:
+        h5py.File(os.path.join(tempfile.mkdtemp(), "missing.h5")).close()
+        return "created"
+    except OSError:
+        return "OSError"
+print(opens_missing_file(), hasattr(h5py.File, "fid"))
+if "keras" in globals():
+    from keras.utils.io_utils import H5Dict, save_to_binary_h5py
+    def write(h5file):
+        h5file.attrs["empty"] = []
+        return H5Dict(h5file)["empty"], type(h5file.attrs["empty"]).__name__
+    # Keras's in-memory file, opened without a mode; Keras reads the empty attribute as []
+    print(*save_to_binary_h5py(write, io.BytesIO()))
+"""
+
+
+def test_h5py_changes_only_for_keras(tmp_path):
+    # h5py 3 opens a file named without a mode read-only; Keras's own modules get h5py 2's
+    # default (read-write, else read-only, else created) and empty attributes as lists, and
+    # File.fid (h5py 2's alias of File.id) is back only when Keras loads jaxkeras
+    plain = run_on_keras2(H5PY_PROBE.format(load="import jaxkeras"), tmp_path).split()
+    assert plain == ["OSError", "False"]
+    lines = run_on_keras2(H5PY_PROBE.format(load="import keras"), tmp_path).splitlines()
+    assert lines[-2:] == ["OSError True", "[] ndarray"]
+
+
 def test_keras_reads_bytes_attributes(tmp_path):
     code = (
         "import keras, h5py, os\n"
