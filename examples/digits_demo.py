@@ -1,26 +1,36 @@
 """jaxkeras demo: logistic regression and a 2-layer MLP on scikit-learn's digits.
 
 Both models are built the Keras-2 way (placeholders, variables, K.gradients, K.function with
-updates) and compiled by JAX. Each epoch prints a progress line; at the end the test accuracy and
-the time per training step are shown next to the same step hand-written in JAX.
+updates) and compiled by JAX. Each epoch prints a progress line; at the end a table shows, for
+each model, the test accuracy, the time to the first step and the steady-state step, next to
+the same SGD step hand-written in JAX and measured the same way (and TF-Keras's, where
+``tf_keras`` is installed: in this interpreter, or in ``.venv-bench`` as ``make bench`` makes
+it). Figures measured on this machine, each run; ``benchmarks/RESULTS.md`` has the reference
+rows ("digits demo" rows).
+
+Run ``python examples/digits_demo.py [--epochs N]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-import jaxkeras as K
-
 BATCH = 64
 EPOCHS = 30
 LR = 0.1
+MODELS = (("logreg", [64, 10]), ("mlp", [64, 128, 10]))
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_data():
@@ -42,9 +52,53 @@ def init_params(sizes, seed=0):
     return params
 
 
-def build_model(sizes):
-    """Builds the Keras-2 style graph; returns (x, y, predictions, loss, weights)."""
-    weights = [K.variable(p, name=f"p{i}") for i, p in enumerate(init_params(sizes))]
+def batches(data, epochs):
+    """The training batches of every epoch, in the demo's one shuffled order: a list of
+    epochs, each a list of ``[x, y]`` (gathered before any timing)."""
+    x_train, _, y_train, _ = data
+    order = np.random.default_rng(1)
+    n_batches = len(x_train) // BATCH
+    out = []
+    for _ in range(epochs):
+        perm = order.permutation(len(x_train))
+        idx = [perm[b * BATCH : (b + 1) * BATCH] for b in range(n_batches)]
+        out.append([[x_train[i], y_train[i]] for i in idx])
+    return out
+
+
+class Timing:
+    """Per-step wall times of one training run: the first step counts from the model's build."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.steps: list[float] = []
+
+    def step(self, call):
+        """Times ``call()`` (one training step, its loss read back as NumPy) and returns it."""
+        start = time.perf_counter()
+        out = call()
+        end = time.perf_counter()
+        self.steps.append(end - (self.started if not self.steps else start))
+        return out
+
+    def summary(self) -> dict:
+        """The first step (build, compile and run), the median of the last half of the steps
+        (the steady state) and the longest step after the first."""
+        later = self.steps[1:]
+        return {
+            "first": self.steps[0],
+            "steady": float(np.median(later[len(later) // 2 :])),
+            "longest": max(later),
+        }
+
+
+def train_jaxkeras(name, sizes, data, epochs):
+    """Trains one model with SGD through K.function; returns (test accuracy, timing summary)."""
+    import jaxkeras as K
+
+    _, x_test, _, y_test = data
+    timing = Timing(time.perf_counter())
+    weights = [K.variable(p, name=f"{name}_p{i}") for i, p in enumerate(init_params(sizes))]
     x = K.placeholder((None, sizes[0]), name="x")
     y = K.placeholder((None, sizes[-1]), name="y")
     h = x
@@ -52,53 +106,38 @@ def build_model(sizes):
         h = K.relu(K.dot(h, weights[i]) + weights[i + 1])
     probs = K.softmax(K.dot(h, weights[-2]) + weights[-1])
     loss = K.mean(K.categorical_crossentropy(y, probs))
-    return x, y, probs, loss, weights
-
-
-def train(name, sizes, data):
-    """Trains one model with SGD through K.function; returns (test accuracy, seconds/step)."""
-    x_train, x_test, y_train, y_test = data
-    x, y, probs, loss, weights = build_model(sizes)
     grads = K.gradients(loss, weights)
     updates = [K.update_sub(w, LR * g) for w, g in zip(weights, grads)]
     train_step = K.function([x, y], [loss], updates=updates)
     accuracy = K.mean(K.cast(K.equal(K.argmax(probs, -1), K.argmax(y, -1)), "float32"))
     evaluate = K.function([x, y], [accuracy])
-    order = np.random.default_rng(1)
-    steps, seconds = 0, 0.0
-    n_batches = len(x_train) // BATCH
-    for epoch in range(EPOCHS):
-        perm = order.permutation(len(x_train))
-        losses = []
-        for b in range(n_batches):
-            idx = perm[b * BATCH : (b + 1) * BATCH]
-            batch = [x_train[idx], y_train[idx]]  # (gathered outside the timing, as below)
-            start = time.perf_counter()
-            losses.append(train_step(batch)[0])
-            if epoch > 0:  # epoch 0 includes compilation
-                seconds += time.perf_counter() - start
-                steps += 1
+    for epoch, epoch_batches in enumerate(batches(data, epochs)):
+        losses = [timing.step(lambda b=b: train_step(b)[0]) for b in epoch_batches]
         acc = evaluate([x_test, y_test])[0]
         print(
-            f"{name:>8} epoch {epoch + 1:2d}/{EPOCHS}  loss {np.mean(losses):.4f}  "
+            f"{name:>8} epoch {epoch + 1:2d}/{epochs}  loss {np.mean(losses):.4f}  "
             f"test accuracy {acc:.4f}"
         )
     assert train_step.trace_count == 1, "the training step compiled more than once"
-    return float(evaluate([x_test, y_test])[0]), seconds / steps
+    return float(evaluate([x_test, y_test])[0]), timing.summary()
 
 
-def hand_written_step_time(sizes, data):
-    """Seconds per step of the same SGD step written directly with jax.jit and jax.grad."""
-    x_train, _, y_train, _ = data
+def train_hand_written(sizes, data, epochs):
+    """The same SGD step written directly with jax.jit and jax.grad, run on the same batches
+    and timed the same way; returns its timing summary."""
+    import jax
+    import jax.numpy as jnp
+
+    epsilon = 1e-7  # K.epsilon(): the same clipping as K.categorical_crossentropy
+    timing = Timing(time.perf_counter())
     params = [jnp.asarray(p) for p in init_params(sizes)]
 
     def loss_fn(ps, xb, yb):
         h = xb
         for i in range(0, len(ps) - 2, 2):
             h = jax.nn.relu(h @ ps[i] + ps[i + 1])
-        logits = h @ ps[-2] + ps[-1]
-        probs = jax.nn.softmax(logits)
-        probs = jnp.clip(probs, K.epsilon(), 1 - K.epsilon())
+        probs = jax.nn.softmax(h @ ps[-2] + ps[-1])
+        probs = jnp.clip(probs, epsilon, 1 - epsilon)
         return jnp.mean(-jnp.sum(yb * jnp.log(probs), axis=-1))
 
     @jax.jit
@@ -106,38 +145,114 @@ def hand_written_step_time(sizes, data):
         loss, g = jax.value_and_grad(loss_fn)(ps, xb, yb)
         return [p - LR * gi for p, gi in zip(ps, g)], loss
 
-    params, loss = step(params, x_train[:BATCH], y_train[:BATCH])
-    loss.block_until_ready()
-    perm = np.random.default_rng(1).permutation(len(x_train))
-    n_batches = len(x_train) // BATCH
-    seconds = 0.0
-    for b in range(n_batches * 10):
-        idx = perm[(b % n_batches) * BATCH : (b % n_batches + 1) * BATCH]
-        batch = [x_train[idx], y_train[idx]]  # fresh batches, gathered untimed, as in train()
-        start = time.perf_counter()
-        params, loss = step(params, *batch)
-        float(loss)  # K.function returns NumPy values: include the same transfer
-        seconds += time.perf_counter() - start
-    return seconds / (n_batches * 10)
+    for epoch_batches in batches(data, epochs):
+        for xb, yb in epoch_batches:
+
+            def call(xb=xb, yb=yb):
+                nonlocal params
+                params, loss = step(params, xb, yb)
+                return float(loss)  # K.function returns NumPy values: the same transfer
+
+            timing.step(call)
+    return timing.summary()
+
+
+def train_tf_keras(sizes, data, epochs):
+    """The same model and SGD in TF-Keras (``train_on_batch``), timed the same way; returns
+    its timing summary."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tf_keras as keras
+
+    timing = Timing(time.perf_counter())
+    params = init_params(sizes)
+    model = keras.Sequential([keras.Input((sizes[0],))])
+    for i, units in enumerate(sizes[1:]):
+        last = i == len(sizes) - 2
+        model.add(keras.layers.Dense(units, activation="softmax" if last else "relu"))
+    model.set_weights(params)
+    model.compile(keras.optimizers.SGD(LR), "categorical_crossentropy")
+    for epoch_batches in batches(data, epochs):
+        for xb, yb in epoch_batches:
+            timing.step(lambda xb=xb, yb=yb: float(model.train_on_batch(xb, yb)))
+    return timing.summary()
+
+
+def tf_keras_python() -> str | None:
+    """An interpreter that has ``tf_keras``: this one, or ``.venv-bench``'s; ``None``."""
+    try:
+        import tf_keras  # noqa: F401
+    except ImportError:
+        bench = ROOT / ".venv-bench" / "bin" / "python"
+        return str(bench) if bench.exists() else None
+    return sys.executable
+
+
+def tf_keras_rows(epochs):
+    """TF-Keras's timing summary per model, each in a fresh process; ``{}`` without TF-Keras."""
+    python = tf_keras_python()
+    if python is None:
+        return {}
+    rows = {}
+    for name, _ in MODELS:
+        out = subprocess.run(
+            [python, __file__, "--side", "tf_keras", "--model", name, "--epochs", str(epochs)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode == 0:
+            rows[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    return rows
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:8.1f} us"
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--side", choices=["tf_keras"], help=argparse.SUPPRESS)
+    parser.add_argument("--model", choices=[n for n, _ in MODELS], help=argparse.SUPPRESS)
+    args = parser.parse_args()
     data = load_data()
+    if args.side == "tf_keras":
+        print(json.dumps(train_tf_keras(dict(MODELS)[args.model], data, args.epochs)))
+        return
+    import jax
+
+    import jaxkeras as K
+
     print(
         f"digits: {len(data[0])} train / {len(data[1])} test samples, backend {K.backend()}, "
         f"device {jax.devices()[0].platform}"
     )
     results = {}
-    for name, sizes in (("logreg", [64, 10]), ("mlp", [64, 128, 10])):
-        acc, per_step = train(name, sizes, data)
-        results[name] = (acc, per_step, hand_written_step_time(sizes, data))
+    for name, sizes in MODELS:
+        acc, ours = train_jaxkeras(name, sizes, data, args.epochs)
+        results[name] = (acc, ours, train_hand_written(sizes, data, args.epochs))
+    tf_rows = tf_keras_rows(args.epochs)
     print()
-    print(f"{'model':>8} {'test acc':>9} {'jaxkeras step':>14} {'hand-written':>13} {'ratio':>6}")
-    for name, (acc, ours, theirs) in results.items():
-        print(
-            f"{name:>8} {acc:9.4f} {ours * 1e6:11.1f} us {theirs * 1e6:10.1f} us "
-            f"{ours / theirs:6.2f}"
-        )
+    print(
+        "first step: build + compile + first training step; steady step: median of the last "
+        "half of the steps;\nlongest: the longest step after the first. Hand-written JAX and "
+        "TF-Keras run the same model, SGD and batches."
+    )
+    header = f"{'model':>8} {'test acc':>9} {'':>14} {'first step':>11} {'steady step':>11}"
+    print(header + f" {'longest':>11}")
+    for name, (acc, ours, hand) in results.items():
+        sides = [("jaxkeras", ours), ("hand-written", hand)]
+        if name in tf_rows:
+            sides.append(("TF-Keras", tf_rows[name]))
+        for i, (side, row) in enumerate(sides):
+            label = f"{name:>8} {acc:9.4f}" if i == 0 else " " * 18
+            print(
+                f"{label} {side:>14} {_ms(row['first'])} {_ms(row['steady'])} {_ms(row['longest'])}"
+            )
+        ratio = ours["steady"] / hand["steady"]
+        print(f"{'':>18} {'ratio':>14} {ours['first'] / hand['first']:10.2f}x {ratio:10.2f}x")
+    if not tf_rows:
+        print("(TF-Keras: not installed here; `make bench` installs it into .venv-bench)")
     if results["mlp"][0] < 0.95:
         raise SystemExit(f"MLP test accuracy {results['mlp'][0]:.4f} is below 0.95")
 
