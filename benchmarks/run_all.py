@@ -36,6 +36,7 @@ MODULES = [
     "bench_keras2",
     "bench_keras3",
     "bench_zoo",
+    "bench_cold",
     "bench_mixed",
     "bench_multistep",
     "bench_checkpoint",
