@@ -157,8 +157,17 @@ def _xla_timers(log: str) -> dict[str, float]:
     return found
 
 
-def side_in_process(side: str, name: str, steps: int) -> dict:
+def side_in_process(side: str, name: str, steps: int, platforms: str | None = "cpu") -> dict:
     """Runs :func:`run_side` in a fresh process of the side's interpreter.
+
+    Args:
+        side: one of :data:`SIDES`.
+        name: a model of ``bench_zoo.ZOO``.
+        steps: the later steps.
+        platforms: ``JAX_PLATFORMS`` for the process (``None``: JAX's default platform).
+
+    Returns:
+        :func:`run_side`'s figures, with XLA:CPU's timers where its log has them.
 
     Raises:
         RuntimeError: the process failed (its error output's end in the message).
@@ -168,9 +177,11 @@ def side_in_process(side: str, name: str, steps: int) -> dict:
     python = ours if side == "jaxkeras" else theirs
     if not python.exists():
         raise RuntimeError(f"bench_cold: {python} is missing (make bench creates it)")
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = dict(os.environ)
+    if platforms is not None:
+        env["JAX_PLATFORMS"] = platforms
     if side == "jaxkeras":
-        env["TF_CPP_VMODULE"] = "cpu_compiler=1"
+        env["TF_CPP_VMODULE"] = "cpu_compiler=1,gpu_compiler=1"
     command = [python, __file__, "--side", side, "--model", name, "--steps", str(steps)]
     out = subprocess.run(
         [str(c) for c in command], capture_output=True, text=True, env=env, check=False
@@ -182,7 +193,7 @@ def side_in_process(side: str, name: str, steps: int) -> dict:
     return result
 
 
-def _breakdown(result: dict) -> str:
+def breakdown(result: dict) -> str:
     """The note's text: where jaxkeras's build and first step went."""
     parts = [f"build {result['build_s']:.1f} s"]
     for key, label in (("trace_s", "trace"), ("lower_s", "lower")):
@@ -221,7 +232,7 @@ def main(quick: bool = False, names: list[str] | None = None, rounds: int = 1) -
         ours = results["jaxkeras"]
         total = [o["build_s"] + o["first_s"] for o in ours]
         print(f"{name}: {json.dumps(results)}", file=sys.stderr)
-        note = f"fresh processes, no compilation cache; jaxkeras: {_breakdown(ours[0])}"
+        note = f"fresh processes, no compilation cache; jaxkeras: {breakdown(ours[0])}"
         for side, label, goal in (("tf_keras", "TF-Keras", 1.0), ("keras3", "Keras 3 on JAX", 0.5)):
             theirs = [t for t in results[side] if not t.get("missing")]
             if not theirs:

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import bench_cold
 import bench_mixed
 import bench_multistep
 import bench_overhead
@@ -34,6 +35,7 @@ import jax
 from common import Row, json_of_process, markdown_table, time_text
 
 HERE = Path(__file__).resolve().parent
+COLD_MODEL = "MobileNet"  # the zoo model of the cold-start rows: a family whose first step is quick
 
 
 def keras_fit_row(epochs: int) -> Row:
@@ -57,6 +59,42 @@ def keras_fit_row(epochs: int) -> Row:
     )
 
 
+def cold_rows(processes: int = 3) -> list[Row]:
+    """The cold start on the default platform, ``processes`` fresh processes each: the digits
+    convnet's first epoch (build, compile and one epoch of Keras 2.3.1's ``fit``) and a zoo
+    model's build and first train step (``bench_cold``, with JAX's trace, lowering and compile
+    times), as the slowest over the quickest process, the spread's figures in the note."""
+    convnet, zoo = [], []
+    for _ in range(processes):
+        command = [sys.executable, HERE / "bench_keras2.py", "--side", "jaxkeras"]
+        command += ["--epochs", "1", "--steps", "0"]
+        convnet.append(json_of_process(command, {"KERAS_BACKEND": "jaxkeras"})["convnet"])
+        zoo.append(bench_cold.side_in_process("jaxkeras", COLD_MODEL, 3, platforms=None))
+    firsts = sorted(c["first_s"] for c in convnet)
+    totals = sorted(z["build_s"] + z["first_s"] for z in zoo)
+    middle = sorted(zoo, key=lambda z: z["build_s"] + z["first_s"])[processes // 2]
+    spread = [
+        ("Keras 2.3.1 digits convnet `fit`: build + compile + first epoch", firsts, ""),
+        (
+            f"{COLD_MODEL} (Keras 2.3.1): build + first train step",
+            totals,
+            "; median process: " + bench_cold.breakdown(middle),
+        ),
+    ]
+    return [
+        Row(
+            figure=f"cold start, {processes} fresh processes: {what}, slowest vs quickest",
+            ours=time_text(times[-1]),
+            reference=time_text(times[0]),
+            ratios=[times[-1] / times[0]],
+            note="min / median / max "
+            + " / ".join(time_text(t) for t in (times[0], times[len(times) // 2], times[-1]))
+            + extra,
+        )
+        for what, times, extra in spread
+    ]
+
+
 def main(quick: bool = False) -> list[Row]:
     """Every row of the check.
 
@@ -67,12 +105,13 @@ def main(quick: bool = False) -> list[Row]:
         The rows.
     """
     fit = keras_fit_row(2 if quick else 4)  # first: see there
+    cold = cold_rows(1 if quick else 3)  # fresh processes too, before this one takes the GPU
     rows = bench_steps.main(quick)
     rows += bench_mixed.main(quick)
     rows += bench_multistep.main(quick)
     rows += bench_overhead.call_rows(quick)
     rows.append(fit)
-    return rows
+    return rows + cold
 
 
 if __name__ == "__main__":

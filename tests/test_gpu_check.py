@@ -35,5 +35,6 @@ def test_the_gpu_check_prints_its_table_on_cpu(tmp_path):
         "`mixed_bfloat16` vs hand-written JAX",
         "`steps_per_call=32` vs 1",
         "Keras 2.3.1 digits convnet `fit`",
+        "cold start, 1 fresh processes: MobileNet (Keras 2.3.1): build + first train step",
     ):
         assert figure in table, figure
