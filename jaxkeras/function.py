@@ -500,8 +500,8 @@ class Function:
         else:
             phase = _check_phase(inputs[self._phase_at])
             feeds = [f.feed(v) for f, v in zip(self._feeders, inputs) if f is not None]
-        if DISTRIBUTION.active:
-            feeds = DISTRIBUTION.current().place_feeds(feeds)
+        if DISTRIBUTION.active and (where := DISTRIBUTION.current()) is not None:
+            feeds = where.place_feeds(feeds)  # (active: a scope may be another thread's)
         return phase, feeds
 
     def _count_error(self, inputs: Any) -> ValueError:
@@ -630,8 +630,8 @@ class Function:
             # the common case, checked with the fewest Python calls (see _feeds)
             phase = PHASE.value or 0
             feeds = list(map(_Input.feed, self._feeders, inputs))
-            if DISTRIBUTION.active:
-                feeds = DISTRIBUTION.current().place_feeds(feeds)
+            if DISTRIBUTION.active and (where := DISTRIBUTION.current()) is not None:
+                feeds = where.place_feeds(feeds)
         else:
             phase, feeds = self._feeds(inputs)
         if self._random:
