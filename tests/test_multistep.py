@@ -93,3 +93,31 @@ def test_feeds_must_stack_the_steps():
         K.function([K.placeholder((2,))], [K.constant(1.0)], steps_per_call=0)
     with pytest.raises(TypeError, match=r"steps_per_call must be an int, got 2\.5"):
         K.function([K.placeholder((2,))], [K.constant(1.0)], steps_per_call=2.5)
+
+
+def _means_step(steps_per_call):
+    """Means of a feed over 3, 7 and 21 values, and an update by a mean's gradient:
+    ``(function, weights)``."""
+    K.clear_session()
+    x = K.placeholder((None, 3))
+    w = K.variable(np.float32([[0.5], [-1.0], [2.0]]))
+    (grad,) = K.gradients(K.mean(K.dot(x, w)) * 3.0, [w])
+    outputs = [K.mean(x, axis=1), K.var(x, axis=0), K.mean(x)]
+    updates = [K.update_sub(w, 0.25 * grad)]
+    return K.function([x], outputs, updates=updates, steps_per_call=steps_per_call), w
+
+
+def test_means_in_steps_are_the_calls_quotients():
+    # a mean in the scan of a multi-step call is the one a call computes, bit for bit; integer
+    # values make the sums exact, so a mean is also NumPy's quotient (TF's)
+    xs = np.random.default_rng(3).integers(-9, 10, size=(3, 7, 3)).astype("float32")
+    one, w_one = _means_step(1)
+    separate = [one([xs[i]]) for i in range(3)]
+    multi, w_multi = _means_step(3)
+    stacked = multi([xs])
+    for k, got in enumerate(stacked):
+        np.testing.assert_array_equal(got, np.stack([s[k] for s in separate]))
+    np.testing.assert_array_equal(stacked[0], np.mean(xs, axis=2))
+    np.testing.assert_array_equal(stacked[2], np.mean(xs, axis=(1, 2)))
+    np.testing.assert_allclose(stacked[1], np.var(xs, axis=1), rtol=1e-6)
+    np.testing.assert_array_equal(K.get_value(w_multi), K.get_value(w_one))

@@ -1,6 +1,7 @@
 """Reductions and scans (jaxkeras/_ops/reduce.py): property tests over shapes, axes, keepdims and
 dtypes against NumPy; logsumexp stability; in_top_k ties; gradients."""
 
+import jax
 import numpy as np
 import pytest
 import scipy.special
@@ -324,3 +325,52 @@ def test_in_top_k_takes_a_tensor_k_as_tf_does():
                 np.testing.assert_array_equal(value, want, err_msg=way)
     with pytest.raises(TypeError, match="k must be an int or an integer scalar tensor"):
         K.in_top_k(predictions, targets, K.variable(2.0))
+
+
+def _integers_needing_division(shape, axis, seed=6):
+    """Integer-valued float32 data whose sums over ``axis`` divided by the count differ, for
+    some, from their multiplication by the rounded reciprocal."""
+    rng = np.random.default_rng(seed)
+    while True:
+        x = rng.integers(-99, 100, size=shape).astype(np.float32)
+        total = np.sum(x, axis=axis)
+        if _needs_division(total, x.size // np.size(total)):
+            return x
+
+
+def test_mean_of_a_reduction_left_unfused_divides():
+    # K.function hands a large reduction to YNNPACK: the division by the count stays outside
+    # any fusion, where XLA's simplifier runs again (a count behind an optimization barrier
+    # was multiplied by there); integer values, so the sum is exact and NumPy's mean the value
+    x = _integers_needing_division((12, 999), None)
+    for way, got in _every_way(lambda t: K.mean(t), x).items():
+        assert np.asarray(got) == np.mean(x), way
+
+
+def test_mean_gradient_is_jnp_means_every_way():
+    # the derivative multiplies by the count's rounded reciprocal (what XLA makes of
+    # jnp.mean's division by a constant): the same eagerly, in jax.jit and in K.function,
+    # 3 * (1/7) and not 3 / 7
+    x = np.arange(7, dtype=np.float32)
+    want = np.full(7, np.float32(3) * (np.float32(1) / np.float32(7)))
+    p = K.placeholder((7,))
+    (g,) = K.gradients(K.mean(p) * 3.0, [p])
+    np.testing.assert_array_equal(K.function([p], [g])([x])[0], want)
+    np.testing.assert_array_equal(jax.jit(jax.grad(lambda t: K.mean(t) * 3.0))(x), want)
+    np.testing.assert_array_equal(jax.grad(lambda t: K.mean(t) * 3.0)(x), want)
+
+
+@pytest.mark.parametrize("unroll", [False, True])
+def test_means_in_an_rnn_step_are_quotients(unroll):
+    # a mean inside K.rnn's step (the body of a lax.scan unless unrolled) divides as at top level
+    x = _integers_needing_division((2, 5, 3), -1)
+
+    def step(x_t, states):
+        mean = K.mean(x_t, axis=-1, keepdims=True)
+        return mean, [states[0] + K.var(x_t, axis=-1, keepdims=True)]
+
+    p = K.placeholder((2, 5, 3))
+    _, outputs, (total_var,) = K.rnn(step, p, [K.zeros((2, 1))], unroll=unroll)
+    got, got_var = K.function([p], [outputs, total_var])([x])
+    np.testing.assert_array_equal(got[..., 0], np.mean(x, axis=-1))
+    np.testing.assert_allclose(got_var[:, 0], np.sum(np.var(x, axis=-1), axis=1), rtol=1e-6)

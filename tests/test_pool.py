@@ -24,15 +24,15 @@ def test_pool_lowering_policy():
 )
 def test_average_pool_divides_as_tf(strides, padding):
     # TF divides each window's sum by its count: 0.2 here, where a multiplication by the
-    # reciprocal of 3 reads 0.20000002
+    # reciprocal of 3 reads 0.20000002; also the uneven counts of 'same' padding's edge
+    # windows, which XLA folds into one constant in K.function (summation.quotient)
     x = np.tile(np.float32([0.2, 0.1, 0.3]), 4).reshape(1, 4, 3, 1)
     full = (np.float32(0.2) + np.float32(0.1) + np.float32(0.3)) / np.float32(3)
     for way, got in run_all_ways(
         lambda t: K.pool2d(t, (1, 3), strides, padding, pool_mode="avg"), [x], batch_none=False
     ).items():
-        if way == "symbolic" or (padding == "same" and way not in ("eager", "jit")):
-            continue  # K.function's compiler options fold uneven counts into a constant that
-            # XLA then multiplies by (issue 43's report)
+        if way == "symbolic":
+            continue
         got = np.asarray(got).reshape(4, -1)
         assert got[0, 1 if padding == "same" else 0] == full, way
         if padding == "same":  # the padded edge windows count 2

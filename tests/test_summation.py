@@ -22,6 +22,7 @@ import pytest
 
 import jaxkeras as K
 from jaxkeras._xla import summation
+from jaxkeras._xla.options import compiler_options
 from tests.helpers import run_all_ways
 
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%\S+ = ", re.MULTILINE)
@@ -321,3 +322,73 @@ def test_overflowing_mean_is_inf(exact_sums: bool) -> None:
     summation.set_exact_sums(exact_sums)
     x = np.full((4, 3), 1e25, np.float32)
     assert K.mean(K.square(x)) == np.inf
+
+
+# ---------------------------------------------------------------------------------------------
+# quotient: divided wherever XLA compiles it, and the same in a loop's body as at top level
+
+
+def _sgd_step(w: jax.Array, batch: tuple) -> tuple:
+    """One SGD step of a softmax regression whose loss is the batch's mean crossentropy (a
+    quotient, as K.mean divides): the new weights, the loss and the gradient."""
+    x, t = batch
+
+    def loss(w: jax.Array) -> jax.Array:
+        per = -jnp.sum(t * jax.nn.log_softmax(x @ w), axis=-1)
+        return summation.quotient(jnp.sum(per), per.shape[0])
+
+    value, grad = jax.value_and_grad(loss)(w)
+    return w - 0.1 * grad, (value, grad)
+
+
+@pytest.mark.parametrize("batch", [16, 12])
+def test_quotient_in_a_scan_is_the_top_levels_bit_for_bit(batch: int) -> None:
+    # K.function(steps_per_call=n) runs n steps in a lax.scan, which must compute what n calls
+    # compute. A barrier around the count alone was hoisted out of the loop's body with the
+    # gradient's 1/count, and under K.function's options (XLA:CPU's classic emitters, LLVM
+    # level 1) the body's gradient fused another product into a multiply-add: 1 ulp off
+    options = compiler_options()
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((4, batch, 8)).astype(np.float32)
+    ts = np.eye(4, dtype=np.float32)[rng.integers(0, 4, (4, batch))]
+    w = w0 = (np.random.default_rng(0).standard_normal((8, 4)) * 0.1).astype(np.float32)
+    one = jax.jit(_sgd_step, compiler_options=options)
+    calls = []
+    for i in range(4):
+        w, out = one(w, (xs[i], ts[i]))
+        calls.append(out)
+    scanned = jax.jit(lambda w, x, t: jax.lax.scan(_sgd_step, w, (x, t)), compiler_options=options)
+    w_scan, (losses, grads) = scanned(w0, xs, ts)
+    np.testing.assert_array_equal(w_scan, w)
+    np.testing.assert_array_equal(losses, [loss for loss, _ in calls])
+    np.testing.assert_array_equal(grads, np.stack([grad for _, grad in calls]))
+
+
+def test_means_in_a_scan_are_the_top_levels_quotients() -> None:
+    # integer values: every sum is exact, so NumPy's float32 mean (which divides) is the
+    # reference bit for bit, inside the loop's body as at top level
+    x = np.random.default_rng(5).integers(-9, 10, size=(5, 4, 3)).astype(np.float32)
+    want = np.mean(x, axis=-1)
+    assert np.any(want != np.sum(x, axis=-1) * (np.float32(1) / np.float32(3)))
+    options = compiler_options()
+
+    def body(carry: jax.Array, step: jax.Array) -> tuple:
+        return carry, K.mean(step, axis=-1)
+
+    _, scanned = jax.jit(lambda v: jax.lax.scan(body, 0.0, v), compiler_options=options)(x)
+    top = jax.jit(lambda v: K.mean(v, axis=-1), compiler_options=options)
+    np.testing.assert_array_equal(scanned, want)
+    np.testing.assert_array_equal(np.stack([top(step) for step in x]), want)
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+def test_quotient_of_non_finite_totals(value: float) -> None:
+    # the divisor is chosen by (total > inf): false for inf and NaN too, so the quotient is
+    # the plain one, and the derivative the count's reciprocal whatever the values
+    x = np.asarray([1.0, value, 2.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        want = np.mean(x)
+    np.testing.assert_array_equal(summation.quotient(jnp.sum(x), 3), want)
+    for grad in (jax.grad, lambda f: jax.jit(jax.grad(f))):
+        got = grad(lambda v: summation.quotient(jnp.sum(v), 3))(x)
+        np.testing.assert_array_equal(got, np.full(3, np.float32(1) / np.float32(3)))

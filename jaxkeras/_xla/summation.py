@@ -204,19 +204,55 @@ Returns:
 """
 
 
+@jax.custom_jvp
+def _divided(total: Any, counts: Any) -> Any:
+    # the counts, chosen by a comparison that no value passes (NaN neither): a runtime value
+    divisor = lax.select(lax.gt(total, lax.full_like(total, math.inf)), total, counts)
+    return lax.div(total, divisor)
+
+
+@_divided.defjvp
+def _divided_jvp(primals: tuple, tangents: tuple) -> tuple:
+    total, counts = primals
+    reciprocal = lax.div(lax.full_like(counts, 1), counts)  # a constant where counts is one
+    return _divided(total, counts), lax.mul(tangents[0], reciprocal)
+
+
 def quotient(total: Any, count: Any) -> Any:
     """``total / count``, divided (correctly rounded), even where ``count`` is a constant.
 
-    XLA's algebraic simplifier rewrites a division by a constant, and a division by a
-    broadcast scalar, as a multiplication by the (rounded) reciprocal, which is 1 ulp off the
-    quotient for about a third of float32 means of 3 values (``mean([0.2, 0.1, 0.3])`` reads
-    ``0.20000002``); TF and NumPy divide. The count, filled to the shape of ``total``, passes
-    an optimization barrier that hides it from the simplifier; XLA removes the barrier later,
-    so the division still fuses with the reduction as ``jnp.mean``'s multiplication does. An
-    array of uneven counts (average pooling's padded windows) that XLA folds into one constant
-    after the barrier is gone is still multiplied by under ``K.function``'s compiler options
-    (XLA's classic emitters). No upstream issue found asking XLA to keep such divisions exact
-    (checked 2026-12-06; tensorflow/tensorflow#24061 asked for the reciprocal rewrite).
+    XLA's algebraic simplifier rewrites a division by a constant, or by a broadcast constant,
+    as a multiplication by the rounded reciprocal, 1 ulp off the quotient for about a third of
+    float32 means of 3 values (``mean([0.2, 0.1, 0.3])`` reads ``0.20000002``); TF and NumPy
+    divide. So the divisor is the count chosen at run time: ``select(total > inf, total,
+    count)``, a comparison that no value passes (NaN neither), so it is exactly the count, yet
+    no pass of XLA can fold it into a constant, whatever is fused with what. The division
+    stays one eagerly, in ``jax.jit`` and under ``K.function``'s compiler options, also where
+    it is left outside any fusion (after a reduction handed to YNNPACK, where XLA's simplifier
+    runs again) and for average pooling's uneven counts of padded windows (which XLA folds
+    into one constant array).
+
+    The divisor depends on ``total``, so it is computed where ``total`` is: in a loop's body
+    (``K.function``'s ``steps_per_call`` scan, ``K.rnn``) as at top level. An optimization
+    barrier around the count alone (the first way, which this replaced) depended on nothing
+    that changes in a loop: XLA's loop-invariant code motion hoisted it, and the derivative's
+    ``1 / count``, out of the scan's body before removing the barrier; the body's fusions then
+    read them as loop-carried values where a single step's fusions had them inline, and at
+    ``K.function``'s LLVM level LLVM fused the other product of the softmax crossentropy
+    gradient's ``r * e - t / n`` into a multiply-add, so that n steps in one call drifted from
+    n calls in the last bit. Nor did the barrier hold where the division was left unfused.
+
+    The derivative multiplies the tangent by the count's rounded reciprocal, what XLA makes of
+    ``jnp.mean``'s derivative (a division by a constant): a constant, the same in a loop's body
+    as at top level, eagerly as compiled. Dividing it too would add the divisor's comparison
+    and choice to the gradient's fusions: a small MLP's train step's optimized HLO would exceed
+    ``jnp.mean``'s by 10% instead of 4% (``tests/test_summation.py``,
+    ``test_the_default_training_step_is_xlas_size``).
+
+    The division costs a comparison and a choice per element of the quotient, fused with it
+    (measured by hand: ``benchmarks/RESULTS.md``, "Design measurements (by hand)", "exact
+    means"). No upstream issue found asking XLA to keep such divisions exact (checked
+    2026-12-06; tensorflow/tensorflow#24061 asked for the reciprocal rewrite).
 
     Args:
         total: a float array or tracer.
@@ -226,8 +262,7 @@ def quotient(total: Any, count: Any) -> Any:
     Returns:
         The quotient, of ``total``'s dtype and shape.
     """
-    counts = jnp.broadcast_to(jnp.asarray(count, total.dtype), jnp.shape(total))
-    return total / lax.optimization_barrier(counts)
+    return _divided(total, jnp.broadcast_to(jnp.asarray(count, total.dtype), jnp.shape(total)))
 
 
 def count_of(x: Any, axis: Any) -> Any:
@@ -291,12 +326,11 @@ def correctly_rounded_variance(x: Any, axis: Any = None, keepdims: bool = False)
 
 @jax.jit
 def _compensated_mean(x: Any) -> Any:
-    # Divided inside the compiled function (one dispatch, as jnp.mean's), by a count XLA cannot
-    # see as a constant: it would multiply by the count's rounded reciprocal instead, 1 ulp off
-    # the correctly rounded quotient for about half the inputs. The barrier holds the sum too,
-    # so that it is staged even where JAX evaluates constants eagerly (compile-time eval).
-    total, count = jax.lax.optimization_barrier((_compensated_sum(x), jnp.asarray(x.size, x.dtype)))
-    return total / count
+    # Divided inside the compiled function (one dispatch, as jnp.mean's), by quotient: XLA
+    # would multiply by the count's rounded reciprocal instead, 1 ulp off the correctly rounded
+    # quotient for about half the inputs. The barrier stages the sum even where JAX evaluates
+    # constants eagerly (compile-time eval).
+    return quotient(lax.optimization_barrier(_compensated_sum(x)), x.size)
 
 
 def _layout_free_total(x: Any, mean: bool) -> Any | None:
