@@ -422,7 +422,7 @@ class Function:
             self._calls_back = True
         options = compiler_options()
         if tiers.has_second_tier():
-            options = tiers.quick_options(tiers.program_size(jaxpr))
+            options = tiers.quick_options(tiers.quick_level(jaxpr))
             self._to_optimize[key] = tiers.Upgrade(run, donated)
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         self._compiled[key] = compiled

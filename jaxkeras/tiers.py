@@ -4,11 +4,12 @@ On CPU, ``K.function`` compiles with options that make XLA compile quickly (its 
 emitters, a low LLVM optimization level, as many LLVM modules as cores; see
 :func:`jaxkeras._xla.options.compiler_options`), which costs some speed in the compiled fusions
 (``benchmarks/RESULTS.md``, "Design measurements (by hand)", "tiered compilation"). A large
-program (at least :data:`LARGE_PROGRAM` operations, a ``keras.applications`` model's train
-step) compiles at LLVM's level 0, which takes a quarter of the time of level 1 there and
-runs about as fast, its time being in library convolutions and matrix products (rows "cold
-start" of ``benchmarks/RESULTS.md``); a small one at level 1, where level 0 would run its
-fusions several times slower and compiling takes well under a second anyway.
+program whose work is mostly in convolutions and matrix products (:func:`quick_level`: a
+``keras.applications`` ResNet's or DenseNet's train step) compiles at LLVM's level 0, which
+takes a quarter of the time of level 1 there and runs about as fast, those being library
+calls that no level changes ("Design measurements (by hand)", "first step"); other programs
+at level 1, where level 0 would run XLA's own fusions several times slower (MobileNet's
+depthwise taps) or compiling takes well under a second anyway (small programs).
 
 With tiered compilation (on by default), a function's first compile is the quick one; once it
 has been called :data:`CALLS_BEFORE_OPTIMIZING` times (so that a short run, a notebook cell,
@@ -44,6 +45,7 @@ Other backends compile with XLA's defaults from the start and have one tier.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -74,7 +76,12 @@ before the optimized one starts compiling (and, in the ``"reproducible"`` mode, 
 before the function moves to it)."""
 LARGE_PROGRAM = 3000
 """The number of operations (JAX equations, counted into loop bodies and calls) from which a
-program's quick compile is at LLVM's level 0 instead of 1."""
+program's quick compile may be at LLVM's level 0 instead of 1 (:func:`quick_level`)."""
+FUSED_PER_FLOP = 0.2
+"""The most elements of XLA's own operations per floating-point operation of matrix products
+and convolutions for which a large program's quick compile is at LLVM's level 0: DenseNet121's
+train step has 0.10 and runs as fast at level 0, MobileNet's 0.36 and runs about 2x slower
+(``benchmarks/RESULTS.md``, "Design measurements (by hand)", "first step")."""
 MODES = ("never_wait", "reproducible")
 """The modes of tiered compilation: when a function moves to its optimized executable."""
 _SWITCH: list[str | None] = [None]  # None: as the environment says
@@ -154,21 +161,73 @@ def program_size(jaxpr: Any) -> int:
     return count
 
 
-def quick_options(size: int) -> dict[str, Any] | None:
-    """The options of the quick tier for a program of ``size`` operations:
-    ``K.function``'s, at LLVM's level 0 from :data:`LARGE_PROGRAM` operations on (unless
-    ``XLA_FLAGS`` sets the level).
+def _work(jaxpr: Any, totals: list[float], times: int = 1) -> None:
+    """Adds ``jaxpr``'s work to ``totals``: the floating-point operations of its matrix
+    products and convolutions (library calls on CPU), then the elements its other operations
+    read or write (XLA's own fusions), each counted ``times`` (a loop's length)."""
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        inner = [
+            p
+            for value in eqn.params.values()
+            for p in (value if isinstance(value, (list, tuple)) else (value,))
+            if hasattr(p, "eqns") or hasattr(getattr(p, "jaxpr", None), "eqns")
+        ]
+        if inner:
+            repeat = times * int(eqn.params.get("length", 1))
+            for p in inner:
+                _work(p, totals, repeat)
+            continue
+        out = sum(math.prod(getattr(v.aval, "shape", ())) for v in eqn.outvars)
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (contracted, _), _ = eqn.params["dimension_numbers"]
+            depth = math.prod(eqn.invars[0].aval.shape[d] for d in contracted)
+            totals[0] += times * 2 * out * depth
+        elif name == "conv_general_dilated":
+            kernel = eqn.invars[1].aval.shape
+            per_output = math.prod(kernel) // kernel[eqn.params["dimension_numbers"].rhs_spec[0]]
+            totals[0] += times * 2 * out * per_output
+        else:
+            read = sum(
+                math.prod(getattr(getattr(v, "aval", None), "shape", ())) for v in eqn.invars
+            )
+            totals[1] += times * max(out, read)
+
+
+def quick_level(jaxpr: Any) -> int:
+    """LLVM's optimization level for the quick compile of ``jaxpr``: 0 for a large program
+    (:data:`LARGE_PROGRAM` operations) whose work is mostly in matrix products and
+    convolutions (at most :data:`FUSED_PER_FLOP` elements of XLA's own operations per
+    floating-point operation of those), where level 0 compiles in a fraction of the time and
+    runs about as fast; else 1.
 
     Args:
-        size: the program's :func:`program_size`.
+        jaxpr: the traced program.
+
+    Returns:
+        0 or 1.
+    """
+    if program_size(jaxpr) < LARGE_PROGRAM:
+        return 1
+    totals = [0.0, 0.0]
+    _work(jaxpr, totals)
+    return 0 if totals[1] <= FUSED_PER_FLOP * totals[0] else 1
+
+
+def quick_options(level: int) -> dict[str, Any] | None:
+    """The options of the quick tier at LLVM's ``level`` (:func:`quick_level`):
+    ``K.function``'s, the level changed unless ``XLA_FLAGS`` sets it.
+
+    Args:
+        level: 0 or 1.
 
     Returns:
         The options (``None`` for XLA's defaults).
     """
     quick = options.compiler_options()
-    if quick is None or size < LARGE_PROGRAM or options.CPU_LEVEL_FLAG not in quick:
+    if quick is None or options.CPU_LEVEL_FLAG not in quick:
         return quick
-    return {**quick, options.CPU_LEVEL_FLAG: 0}
+    return {**quick, options.CPU_LEVEL_FLAG: level}
 
 
 def optimized_options() -> dict[str, Any] | None:

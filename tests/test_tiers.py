@@ -226,6 +226,7 @@ def test_a_large_program_compiles_its_quick_tier_at_level_zero(monkeypatch):
     assert size > 10
     assert small.compiler_options[xla_options.CPU_LEVEL_FLAG] == 1
     monkeypatch.setattr(tiers, "LARGE_PROGRAM", size)
+    monkeypatch.setattr(tiers, "FUSED_PER_FLOP", 1e9)  # as if its work were in matmuls
     large, ws = _train_step()
     batch = _batch()
     large(batch)
@@ -250,3 +251,14 @@ def test_program_size_counts_into_loop_bodies():
     looped = jax.make_jaxpr(lambda xs: jax.lax.scan(body, 0.0, xs))(np.ones(3, "float32"))
     assert tiers.program_size(flat) == 2
     assert tiers.program_size(looped) == 1 + 3  # the scan, then its body's mul, add and copy
+
+
+def test_the_quick_level_follows_where_a_large_programs_work_is(monkeypatch):
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
+    a, b = np.ones((64, 64), "float32"), np.ones((64, 64), "float32")
+    products = jax.make_jaxpr(lambda a, b: jax.nn.relu(a @ b @ b))(a, b)  # 1M flops, 12k elements
+    elementwise = jax.make_jaxpr(lambda a: jax.numpy.tanh(a * 2 + 1) * a)(a)
+    assert tiers.quick_level(products) == 0
+    assert tiers.quick_level(elementwise) == 1
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 10**6)
+    assert tiers.quick_level(products) == 1  # small programs keep level 1
