@@ -35,7 +35,13 @@ TensorFlow (and CNTK); :func:`install` gives them to jaxkeras too:
   function on placeholders of the input's shape and dtype (floatx where Keras records none),
   as it does on TensorFlow (else it warns and records the input's shape);
 - ``keras.callbacks.TensorBoard`` is :class:`jaxkeras.tensorboard.TensorBoard` (Keras's own
-  imports TensorFlow).
+  imports TensorFlow);
+- ``keras.utils.multi_gpu_model`` trains data-parallel through :mod:`jaxkeras.distribution`
+  (:func:`multi_gpu_model`, in ``jaxkeras/_keras2_multi_gpu.py``).
+
+Keras 2 has no ``BackupAndRestore``; :func:`install` adds jaxkeras's
+(:class:`BackupAndRestore`, in ``jaxkeras/_keras2_backup.py``) as
+``keras.callbacks.BackupAndRestore`` and has Keras's fit loop on arrays resume from its backup.
 
 Theano's ``pattern_broadcast`` is not given: Keras (``PReLU``) calls it only when its backend is
 Theano, and its TensorFlow backend has none either.
@@ -65,9 +71,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxkeras import _keras2_hdf5, config
+from jaxkeras import _keras2_backup, _keras2_hdf5, _keras2_multi_gpu, config
 from jaxkeras._engine.ahead import plan_batch_sizes
 from jaxkeras.checks import unannounced_narrowing
+
+BackupAndRestore = _keras2_backup.BackupAndRestore
+multi_gpu_model = _keras2_multi_gpu.multi_gpu_model
 
 
 class ArgSpec(NamedTuple):
@@ -259,6 +268,9 @@ def install() -> None:
     _once_imported("keras.optimizers", _accept_protocol_optimizers)
     _once_imported("keras.optimizers", _quiet_step_counters)
     _once_imported("keras.engine.training_arrays", _announce_batch_sizes)
+    _once_imported("keras.callbacks", _keras2_backup.use_in_keras)
+    _once_imported("keras.engine.training_arrays", _keras2_backup.resume_in_fit_loop)
+    _once_imported("keras.utils.multi_gpu_utils", _keras2_multi_gpu.use_in_keras)
 
 
 def _once_imported(fullname: str, then: Callable[[Any], None]) -> None:
