@@ -2,7 +2,8 @@
 
 ``python keras2_backup_worker.py OUT.npz BACKUP_DIR SAVE_FREQ KILL_AT KILL_IN_WRITE`` trains a
 small MLP with Dropout (``shuffle=True``) and writes its final weights and last epoch's logs
-to OUT.npz. ``SAVE_FREQ``: ``epoch``, an int, or ``none`` (no ``BackupAndRestore``: the
+to OUT.npz (and, as ``start``, the optimizer's step count when training began: where it
+resumed). ``SAVE_FREQ``: ``epoch``, an int, or ``none`` (no ``BackupAndRestore``: the
 uninterrupted reference). ``KILL_AT``: a global batch position (epoch * batches per epoch +
 batch) after which the process sends itself SIGKILL, or ``-1``. ``KILL_IN_WRITE``: the n-th
 backup written in this process is killed after its files are written and before its folder
@@ -39,6 +40,11 @@ class Killer(keras.callbacks.Callback):
     def __init__(self) -> None:
         super().__init__()
         self.epoch = 0
+
+        self.start = None
+
+    def on_train_begin(self, logs=None):
+        self.start = K.get_value(self.model.optimizer.iterations)  # after a restore
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -81,4 +87,4 @@ history = model.fit(
 )
 last = {k: np.asarray(v[-1]) for k, v in history.history.items()}
 weights = model.get_weights() + model.optimizer.get_weights()
-np.savez(OUT, *weights, **{f"log_{k}": v for k, v in last.items()})
+np.savez(OUT, *weights, start=callbacks[-1].start, **{f"log_{k}": v for k, v in last.items()})
