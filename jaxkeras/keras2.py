@@ -43,6 +43,9 @@ Keras 2 has no ``BackupAndRestore``; :func:`install` adds jaxkeras's
 (:class:`BackupAndRestore`, in ``jaxkeras/_keras2_backup.py``) as
 ``keras.callbacks.BackupAndRestore`` and has Keras's fit loop on arrays resume from its backup.
 
+keras-contrib's ``keras_contrib.backend`` gets its TensorFlow branch's functions, and its CRF a
+Viterbi decoding that runs on jaxkeras (:mod:`jaxkeras._keras_contrib`).
+
 Theano's ``pattern_broadcast`` is not given: Keras (``PReLU``) calls it only when its backend is
 Theano, and its TensorFlow backend has none either.
 
@@ -71,7 +74,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxkeras import _keras2_backup, _keras2_hdf5, _keras2_multi_gpu, config
+from jaxkeras import _keras2_backup, _keras2_hdf5, _keras2_multi_gpu, _keras_contrib, config
 from jaxkeras._engine.ahead import plan_batch_sizes
 from jaxkeras.checks import unannounced_narrowing
 
@@ -271,6 +274,8 @@ def install() -> None:
     _once_imported("keras.callbacks", _keras2_backup.use_in_keras)
     _once_imported("keras.engine.training_arrays", _keras2_backup.resume_in_fit_loop)
     _once_imported("keras.utils.multi_gpu_utils", _keras2_multi_gpu.use_in_keras)
+    _once_imported("keras_contrib.backend", _keras_contrib.complete_backend)
+    _once_imported("keras_contrib.layers.crf", _keras_contrib.decode_crf)
 
 
 def _once_imported(fullname: str, then: Callable[[Any], None]) -> None:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkeras._engine.graph import ARRAY_TYPE, Symbolic, is_bcoo, op
+from jaxkeras._engine.graph import ARRAY_TYPE, Symbolic, Tensor, is_bcoo, op
 from jaxkeras._ops.common import (
     TensorLike,
 )
@@ -360,6 +360,10 @@ def _host_castable(x: Any, dtype: str) -> bool:
 def cast(x: TensorLike, dtype: Any) -> TensorLike:
     """Casts a tensor to ``dtype`` (a variable gives a tensor; floats to ints truncate).
 
+    As ``tf.cast``, a symbolic tensor that already has ``dtype`` is returned itself, with the
+    attributes Keras set on it (keras-contrib's CRF metrics find their layer through the
+    ``_keras_history`` of a ``y_pred`` that Keras's metric wrapper cast to float32).
+
     Args:
         x: a tensor or variable.
         dtype: the new dtype, e.g. ``'float16'``, ``'int32'``, ``'bool'``.
@@ -370,7 +374,10 @@ def cast(x: TensorLike, dtype: Any) -> TensorLike:
     Raises:
         TypeError: naming ``dtype`` when it is not a dtype.
     """
-    return _cast(x, check_dtype("cast", dtype))
+    dtype = check_dtype("cast", dtype)
+    if isinstance(x, Tensor) and x.dtype == dtype:
+        return x
+    return _cast(x, dtype)
 
 
 def cast_to_floatx(x: Any) -> Any:
