@@ -37,6 +37,7 @@ MODULES = [
     "bench_keras3",
     "bench_zoo",
     "bench_cold",
+    "bench_decode",
     "bench_mixed",
     "bench_multistep",
     "bench_checkpoint",
