@@ -62,6 +62,21 @@ $(KERAS22_READY): | $(BIN)/python
 	rm $(KERAS22)/Keras-2.2.4.tar.gz
 	touch $@
 
+# keras-contrib (keras-team's; never committed) is not on PyPI, so `make test` cannot fetch it:
+# `make keras-contrib KERAS_CONTRIB_GIT=<a clone of keras-team/keras-contrib>` puts its last
+# commit's package and tests into the venv, where tests/test_keras_contrib.py and
+# tests/test_keras_contrib_suite.py find them (sys.prefix/keras-contrib); without it they skip
+KERAS_CONTRIB := $(VENV)/keras-contrib
+KERAS_CONTRIB_COMMIT := 3fc5ef709e061416f4bc8a92ca3750c824b5d2b0
+
+.PHONY: keras-contrib
+keras-contrib: | $(BIN)/python
+	@test -n "$(KERAS_CONTRIB_GIT)" || { echo "make keras-contrib: KERAS_CONTRIB_GIT must name \
+	a clone of keras-team/keras-contrib (it is not on PyPI)" >&2; exit 1; }
+	rm -rf $(KERAS_CONTRIB) && mkdir -p $(KERAS_CONTRIB)
+	git -C $(KERAS_CONTRIB_GIT) archive $(KERAS_CONTRIB_COMMIT) keras_contrib tests \
+		| tar x -C $(KERAS_CONTRIB)
+
 # the tests find this venv's Keras 2.3.1 tree through JAXKERAS_KERAS_TESTS
 RUN_TESTS := JAXKERAS_KERAS_TESTS=$(abspath $(KERAS_TESTS)) $(BIN)/python -m pytest
 
