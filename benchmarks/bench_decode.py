@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_keras2 import _keras
 from common import Row, json_of_process, markdown_table, ratio_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,16 +37,6 @@ UNITS = 64
 TOKENS = 32
 PROMPTS = 16
 END = 0  # the token that ends a sequence
-
-
-def _keras(side: str):
-    if side == "tf_keras":
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-        import tf_keras as keras
-    else:
-        os.environ["KERAS_BACKEND"] = "jaxkeras"
-        import keras
-    return keras
 
 
 def _model(keras):
