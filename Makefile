@@ -86,7 +86,7 @@ test: $(STAMP) $(KERAS_SUITE) $(KERAS22_READY)
 
 # The fast suite (what CI runs on the newest Python): the tests not marked slow, then Keras
 # 2.3.1's own suite (marked slow; alone, as it runs its two workers itself)
-test-fast: $(STAMP) $(KERAS_SUITE)
+test-fast: $(STAMP) $(KERAS_SUITE) $(KERAS22_READY)
 	$(RUN_TESTS) -n 2 -m "not slow" tests
 	$(RUN_TESTS) tests/test_keras2_suite.py
 
