@@ -253,6 +253,7 @@ def run_with_contrib(code: str, tmp_path: Path) -> str:
 
 
 BACKEND = """
+import keras_contrib  # first: its backend module imports Keras, which loads jaxkeras mid-import
 import keras
 from keras_contrib import backend as KC
 from jaxkeras import _keras_contrib
