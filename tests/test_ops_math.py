@@ -158,6 +158,17 @@ def test_cast_of_a_variable_is_a_tensor():
     np.testing.assert_array_equal(K.eval(out), [1, 2])
 
 
+def test_cast_to_its_own_dtype_returns_the_tensor():
+    # as tf.cast: Keras's metric wrapper casts y_pred to float32, and keras-contrib's CRF
+    # metrics read the _keras_history Keras set on it; a variable still gives a tensor
+    x = K.placeholder((None, 3))
+    x._keras_history = "set by Keras"
+    assert K.cast(x, "float32") is x
+    assert K.cast(x, "int32") is not x
+    v = K.variable([1.0])
+    assert not K.is_variable(K.cast(v, "float32"))
+
+
 def test_cast_rejects_unknown_dtype():
     with pytest.raises(TypeError, match=r"dtype.*'floaty'"):
         K.cast(X, "floaty")
