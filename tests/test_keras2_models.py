@@ -83,7 +83,10 @@ def test_sequential_mlp_with_dropout_and_batchnorm(digits):
     model = Sequential(
         [
             layers.Dense(64, activation="relu", input_shape=(64,)),
-            layers.BatchNormalization(),
+            # momentum 0.9: the moving statistics follow the drifting batch statistics within
+            # this short fit (at Keras's 0.99 they lag, and the test accuracy with them
+            # ranged 0.54-0.96 over seeds on either JAX release)
+            layers.BatchNormalization(momentum=0.9),
             layers.Dropout(0.2),
             layers.Dense(10, activation="softmax"),
         ]
