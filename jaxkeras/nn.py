@@ -571,6 +571,8 @@ def _dropout(
     x: Any, level: float, noise_shape: Any = None, seed: int | None = None, key: Any = None
 ) -> Any:
     x = _float_array(x)
+    if not isinstance(level, float):  # a tensor (TF's rate may be one): its keep in x's type
+        level = jnp.asarray(level).astype(x.dtype)
     keep = jax.random.bernoulli(key, 1.0 - level, _noise_dims(x.shape, noise_shape))
     return jnp.where(keep, x / (1.0 - level), 0)
 
@@ -587,7 +589,8 @@ def dropout(x: Any, level: float, noise_shape: Any = None, seed: int | None = No
 
     Args:
         x: a tensor or array.
-        level: the drop probability, in ``[0, 1)``.
+        level: the drop probability, in ``[0, 1)``: a number, or a float scalar tensor (as
+            TF's rate; a value out of that range is not checked then).
         noise_shape: the shape of the keep/drop mask, broadcast to the shape of ``x`` (each
             entry 1 or the size of ``x`` there; ``None`` entries mean the size of ``x``);
             entries may be symbolic scalars such as ``K.shape(x)[0]``. Default the shape of
@@ -600,9 +603,15 @@ def dropout(x: Any, level: float, noise_shape: Any = None, seed: int | None = No
     Raises:
         ValueError: if ``level`` is not in ``[0, 1)`` or ``noise_shape`` does not fit ``x``.
     """
-    level = check_float("dropout", "level", level)
-    if not 0.0 <= level < 1.0:
-        raise ValueError(f"dropout: level must be in [0, 1), got {level!r}")
+    if isinstance(level, (Node, jax.Array, np.ndarray)) and not isinstance(level, numbers.Number):
+        if ndim(level) != 0 or not jnp.issubdtype(dtype_of(level), jnp.floating):
+            raise ValueError(
+                f"dropout: level must be a float or a float scalar tensor, got {level!r}"
+            )
+    else:
+        level = check_float("dropout", "level", level)
+        if not 0.0 <= level < 1.0:
+            raise ValueError(f"dropout: level must be in [0, 1), got {level!r}")
     seed = check_seed("dropout", seed)
     if noise_shape is not None:
         size = len(noise_shape) if isinstance(noise_shape, (list, tuple)) else None

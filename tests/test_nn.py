@@ -1106,3 +1106,23 @@ def test_crossentropy_of_a_graph_activation_uses_its_logits():
     over_batch = K.function([tp, zp], [K.categorical_crossentropy(tp, K.softmax(zp, axis=0))])
     columns = np_softmax(z.astype(np.float64), axis=0).astype(np.float32)
     np.testing.assert_allclose(over_batch([t, z])[0], tf_cce(t, columns), rtol=1e-5)
+
+
+def test_dropout_takes_a_rate_tensor_as_tf_does():
+    # tf.nn.dropout takes its rate as a tensor: one compiled function, rates fed per call
+    x = K.placeholder((None, 4000))
+    rate = K.placeholder(shape=(), dtype="float32")
+    f = K.function([x, rate], [K.dropout(x, rate, seed=3)])
+    ones = np.ones((1, 4000), "float32")
+    for level in (0.5, 0.1):
+        out = f([ones, np.float32(level)])[0]
+        assert abs(np.mean(out == 0) - level) < 0.03
+        np.testing.assert_array_equal(np.unique(out), [0, np.float32(1) / np.float32(1 - level)])
+    assert f.trace_count == 1
+    # a variable rate gives the numbers of the same rate as a Python float
+    v = K.variable(np.ones(64, "float32"))
+    np.testing.assert_array_equal(
+        K.eval(K.dropout(v, K.variable(0.25), seed=5)), K.eval(K.dropout(v, 0.25, seed=5))
+    )
+    with pytest.raises(ValueError, match="dropout: level must be a float or a float scalar"):
+        K.dropout(v, K.variable(np.full(2, 0.5, "float32")))

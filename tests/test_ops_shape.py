@@ -323,3 +323,13 @@ def test_tile_by_a_size_computed_from_an_unknown_shape():
     got, size = K.function([x], [t, n])([np.ones((4, 3), np.float32)])
     np.testing.assert_array_equal(got, np.tile([[0.5], [0.2]], (1, 12)).astype(np.float32))
     assert size == 12 and K.size(np.ones((2, 5))) == 10
+
+
+def test_tile_by_counts_computed_in_the_graph_names_n():
+    # TF tiles by a tensor's value at run time; under XLA an array's size is static, so a count
+    # held in a variable is refused with jaxkeras's own error (never JAX's conversion error)
+    x = K.variable(np.ones((2, 3), "float32"))
+    n = K.variable(np.array([2, 1]), dtype="int32")
+    with pytest.raises(ValueError, match="tile: n must be known when the graph is traced"):
+        K.eval(K.tile(x, n))
+    assert K.eval(K.tile(x, K.shape(x)[:1])).shape == (2, 6)  # static: fine

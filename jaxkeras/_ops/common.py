@@ -59,7 +59,12 @@ def standard_result_type(*args: Any) -> np.dtype:
         return jnp.result_type(*args)
 
 
-def concrete_dims(shape: Any) -> tuple[int, ...]:
+class TracedSizeError(ValueError):
+    """A size (a shape argument's entry) computed from variables or inputs, which XLA's static
+    shapes cannot take."""
+
+
+def concrete_dims(shape: Any, what: str = "sizes") -> tuple[int, ...]:
     """Inside an op body: the shape argument as a tuple of Python ints.
 
     Symbolic entries arrive as numbers known at trace time (such as ``K.shape(x)[0]``), or, while
@@ -67,10 +72,22 @@ def concrete_dims(shape: Any) -> tuple[int, ...]:
 
     Args:
         shape: a checked shape argument, with values in place of symbolic entries.
+        what: the argument, for the error (``"tile: n"``).
 
     Returns:
         A tuple of ints (and symbolic dimensions).
+
+    Raises:
+        TracedSizeError: naming ``what`` when an entry is computed from variables or inputs.
     """
-    if isinstance(shape, jax.Array):  # iterating it would stage ops out into the trace
-        shape = np.asarray(shape)
-    return tuple(d if export.is_symbolic_dim(d) else int(d) for d in shape)
+    try:
+        if isinstance(shape, jax.Array):  # iterating it would stage ops out into the trace
+            shape = np.asarray(shape)
+        return tuple(d if export.is_symbolic_dim(d) else int(d) for d in shape)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError) as err:
+        raise TracedSizeError(
+            f"{what} must be known when the graph is traced (ints, or scalars computed from "
+            "static shapes such as K.shape(x)[0]); these are computed from variables or inputs, "
+            "and an array's size cannot depend on such values under XLA: compute them in NumPy "
+            "first, or use an op whose output shape does not depend on them"
+        ) from err

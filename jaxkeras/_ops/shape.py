@@ -16,6 +16,7 @@ from jaxkeras._engine.graph import Node, Symbolic, dtype_of, known_entries, op, 
 from jaxkeras._ops.common import (
     Axes,
     TensorLike,
+    TracedSizeError,
     concrete_dims,
     static_shape_of,
 )
@@ -280,7 +281,7 @@ def stack(x: Sequence[TensorLike], axis: int = 0) -> TensorLike:
 
 @op(name="tile")
 def _tile(x: Any, n: Any) -> Any:
-    return jnp.tile(x, concrete_dims(n))
+    return jnp.tile(x, concrete_dims(n, "tile: n"))
 
 
 def tile(x: TensorLike, n: Any) -> TensorLike:
@@ -426,14 +427,14 @@ def _dynamic_slice(x: Any, start: Any, lengths: tuple) -> Any:
 def _slice(x: Any, start: Any, size: Any) -> Any:
     try:
         lengths = concrete_dims(size)
-    except _TRACED:
+    except TracedSizeError:
         raise ValueError(
             "slice: size must be known when the graph is traced (ints, or scalars computed "
             f"from static shapes such as K.shape(x)[0]), got {size!r}"
         ) from None
     try:
         begin = concrete_dims(start)
-    except _TRACED:
+    except TracedSizeError:
         return _dynamic_slice(x, start, lengths)
     lengths = [d - b if n == -1 else n for d, b, n in zip(x.shape, begin, lengths)]
     return lax.slice(x, begin, [b + n for b, n in zip(begin, lengths)])
