@@ -29,7 +29,8 @@ the mode (:func:`set_tiered_compilation`, ``$JAXKERAS_TIERED_COMPILATION``):
   the price of that wait (a large model's optimized compile outlasts those calls on a small
   machine).
 - off (``False``, ``"0"``): one tier, the quick compile at level 1, bit for bit the same in
-  every run.
+  every run, also across a restart from a checkpoint (a new process counts its calls from 0,
+  so in the modes above it moves at another step than an uninterrupted run).
 
 ``f.wait_optimized()`` waits and moves at once in either mode. Nothing is traced again (JAX
 shares the trace between both compilations), and a failed background compile changes nothing

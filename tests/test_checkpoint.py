@@ -512,6 +512,9 @@ np.save(sys.stdout.buffer, np.concatenate([np.ravel(v).astype("float64") for v i
 
 
 def _train(script, mode, path, env=None):
+    # one tier: a resumed process counts its calls from 0, so it would move to the optimized
+    # executable (whose last bits differ) at another step than the uninterrupted run
+    env = dict(os.environ if env is None else env, JAXKERAS_TIERED_COMPILATION="0")
     out = subprocess.run(
         [sys.executable, "-c", script, mode, str(path)],
         capture_output=True,
