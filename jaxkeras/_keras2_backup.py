@@ -163,8 +163,8 @@ class BackupAndRestore:
         ValueError: for an empty ``backup_dir`` or a ``save_freq`` other than ``"epoch"`` or an
             int ``>= 1``.
 
-    Example:
-        >>> backup = keras.callbacks.BackupAndRestore("/tmp/fit-backup", save_freq=100)
+    Example (with Keras 2 loaded: ``KERAS_BACKEND=jaxkeras``, ``import keras``):
+        >>> backup = keras.callbacks.BackupAndRestore("/tmp/fit", save_freq=100)  # doctest: +SKIP
         >>> model.fit(x, y, epochs=10, callbacks=[backup])  # doctest: +SKIP
     """
 
