@@ -195,3 +195,78 @@ def run_hosts(
     for p, err in zip(procs, errors):
         assert p.returncode == 0, err[-4000:]
     return [json.loads((folder / f"{i}.json").read_text()) for i in range(2)]
+
+
+def run_test_tree(
+    tree: Path,
+    tests: str | Path,
+    env: Mapping[str, str],
+    report: Path,
+    *args: str,
+    cwd: Path | None = None,
+    timeout: int = 3600,
+) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """Runs another project's pytest tree (Keras 2.3.1's, Keras 2.2.4's backend tests,
+    keras-contrib's) against jaxkeras in a subprocess, through ``tests/keras2_suite_plugin.py``.
+
+    Args:
+        tree: the tree's root (pytest's rootdir).
+        tests: what pytest collects, relative to ``cwd``.
+        env: the subprocess's environment (``KERAS_BACKEND``, ``PYTHONPATH`` with this folder,
+            ``JAXKERAS_SUITE_REPORT=report``, ``JAXKERAS_SUITE_EXCLUSIONS`` where not Keras
+            2.3.1's).
+        report: where the plugin writes each test's outcome.
+        *args: more pytest arguments (``-n 2``, ``-p no:xdist``).
+        cwd: the working folder (default: ``tree``).
+        timeout: seconds.
+
+    Returns:
+        The finished process and the outcome of each test by name.
+    """
+    command = [sys.executable, "-m", "pytest", str(tests), "-p", "keras2_suite_plugin", "-q"]
+    command += ["-p", "no:cacheprovider", "-c", os.devnull, f"--rootdir={tree}"]
+    command += ["-W", "ignore::DeprecationWarning", *args]
+    out = subprocess.run(
+        command, env=dict(env), capture_output=True, text=True, cwd=cwd or tree, timeout=timeout
+    )
+    assert report.exists(), out.stdout[-3000:] + out.stderr[-3000:]
+    return out, json.loads(report.read_text())
+
+
+def check_tree(
+    what: str,
+    out: subprocess.CompletedProcess,
+    outcomes: Mapping[str, str],
+    excluded: Mapping[str, str],
+    passed: int,
+) -> dict[str, int]:
+    """Asserts that a tree run by :func:`run_test_tree` passed: no failure, every excluded
+    test (a key with ``::``) run as an expected failure, at least ``passed`` passes.
+
+    Args:
+        what: the tree's name, for the messages.
+        out: the finished process.
+        outcomes: each test's outcome.
+        excluded: the exclusions (test or file -> reason).
+        passed: the fewest passes expected.
+
+    Returns:
+        The count of each outcome.
+    """
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    failed = sorted(name for name, outcome in outcomes.items() if outcome == "failed")
+    assert not failed, "\n".join(
+        [f"{len(failed)} {what} tests failed:", *failed, out.stdout[-5000:]]
+    )
+    tests = [key for key in excluded if "::" in key]
+    not_excluded = [key for key in tests if outcomes.get(key) != "xfailed"]
+    assert not not_excluded, f"excluded tests not run as expected failures: {not_excluded}"
+    assert counts.get("passed", 0) >= passed, f"only {counts.get('passed', 0)} {what} tests passed"
+    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-3000:]
+    print(
+        f"{what}: {counts.get('passed', 0)} passed, {counts.get('xfailed', 0)} excluded tests "
+        f"and {len(excluded) - len(tests)} excluded files, {counts.get('skipped', 0)} skipped"
+    )
+    return counts

@@ -12,8 +12,6 @@ with a reason that holds on the TensorFlow backend too, are strict expected fail
 
 from __future__ import annotations
 
-import collections
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from keras22_backend_exclusions import EXCLUDED
+
+from tests.helpers import check_tree, run_test_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASES = Path(os.environ.get("JAXKERAS_KERAS22", Path(sys.prefix) / "keras-2.2"))
@@ -157,41 +157,5 @@ def test_keras_224_backend_tests_pass(tmp_path):
         JAXKERAS_SUITE_REPORT=str(report),
         JAXKERAS_SUITE_EXCLUSIONS="keras22_backend_exclusions",
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests",
-            "-p",
-            "keras2_suite_plugin",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            "-c",
-            os.devnull,
-            f"--rootdir={tree}",
-            "-W",
-            "ignore::DeprecationWarning",
-        ],
-        env=environ,
-        capture_output=True,
-        text=True,
-        cwd=tree,
-        timeout=1800,
-    )
-    assert report.exists(), out.stdout[-3000:] + out.stderr[-3000:]
-    outcomes = json.loads(report.read_text())
-    counts = collections.Counter(outcomes.values())
-    failed = sorted(name for name, outcome in outcomes.items() if outcome == "failed")
-    assert not failed, "\n".join([f"{len(failed)} failed:", *failed, "", out.stdout[-5000:]])
-    not_excluded = [key for key in EXCLUDED if outcomes.get(key) != "xfailed"]
-    assert not not_excluded, f"excluded tests not run as expected failures: {not_excluded}"
-    assert counts["passed"] >= 100, counts
-    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-3000:]
-    print(
-        f"Keras 2.2.4 backend tests: {counts['passed']} passed, {counts['xfailed']} excluded, "
-        f"{counts['skipped']} skipped by Keras"
-    )
+    out, outcomes = run_test_tree(tree, "tests", environ, report, "-p", "no:xdist", timeout=1800)
+    check_tree("Keras 2.2.4 backend", out, outcomes, EXCLUDED, passed=100)

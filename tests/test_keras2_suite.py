@@ -13,15 +13,13 @@ too; an excluded test that starts passing fails the run.
 
 from __future__ import annotations
 
-import collections
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from keras2_suite_exclusions import EXCLUDED
+
+from tests.helpers import check_tree, run_test_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 TREE = Path(os.environ.get("JAXKERAS_KERAS_TESTS", ROOT / ".venv" / "keras-2.3.1-tests"))
@@ -36,7 +34,7 @@ pytestmark = [
 ]
 
 
-def _run_tree(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+def test_keras_test_tree_passes(tmp_path):
     report = tmp_path / "report.json"
     environ = dict(
         os.environ,
@@ -45,49 +43,5 @@ def _run_tree(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, 
         PYTHONPATH=str(ROOT / "tests"),
         JAXKERAS_SUITE_REPORT=str(report),
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests",
-            "-p",
-            "keras2_suite_plugin",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-c",
-            os.devnull,
-            f"--rootdir={TREE}",
-            "-W",
-            "ignore::DeprecationWarning",
-            *args,
-        ],
-        env=environ,
-        capture_output=True,
-        text=True,
-        cwd=TREE,
-        timeout=3600,
-    )
-    assert report.exists(), out.stdout[-3000:] + out.stderr[-3000:]
-    return out, json.loads(report.read_text())
-
-
-def test_keras_test_tree_passes(tmp_path):
-    out, outcomes = _run_tree(tmp_path, "-n", "2")
-    counts = collections.Counter(outcomes.values())
-    assert counts["passed"] > 900, f"only {counts['passed']} Keras tests passed"
-    failed = sorted(name for name, outcome in outcomes.items() if outcome == "failed")
-    assert not failed, "\n".join(
-        [f"{len(failed)} Keras tests failed:", *failed, "", out.stdout[-5000:]]
-    )
-    tests = [key for key in EXCLUDED if "::" in key]
-    not_excluded = [key for key in tests if outcomes.get(key) != "xfailed"]
-    assert not not_excluded, (
-        f"excluded tests that were not run as expected failures: {not_excluded}"
-    )
-    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-3000:]
-    print(
-        f"Keras 2.3.1 test tree: {counts['passed']} passed, {counts['xfailed']} excluded tests "
-        f"and {len(EXCLUDED) - len(tests)} excluded files, {counts['skipped']} skipped by Keras"
-    )
+    out, outcomes = run_test_tree(TREE, "tests", environ, report, "-n", "2")
+    check_tree("Keras 2.3.1", out, outcomes, EXCLUDED, passed=900)

@@ -15,15 +15,14 @@ starts passing fails the run.
 
 from __future__ import annotations
 
-import collections
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from keras_contrib_suite_exclusions import EXCLUDED
+
+from tests.helpers import check_tree, run_test_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 TREE = Path(os.environ.get("JAXKERAS_KERAS_CONTRIB", Path(sys.prefix) / "keras-contrib"))
@@ -49,47 +48,6 @@ def test_keras_contrib_test_tree_passes(tmp_path):
         JAXKERAS_SUITE_EXCLUSIONS="keras_contrib_suite_exclusions",
         JAXKERAS_SUITE_REPORT=str(report),
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(TREE / "tests"),
-            "-p",
-            "keras2_suite_plugin",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-c",
-            os.devnull,
-            f"--rootdir={TREE}",
-            "-W",
-            "ignore::DeprecationWarning",
-            "-n",
-            "2",
-        ],
-        env=environ,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,  # the tests write their files (a CRF's .h5, logs) into the working folder
-        timeout=3600,
-    )
-    assert report.exists(), out.stdout[-3000:] + out.stderr[-3000:]
-    outcomes = json.loads(report.read_text())
-    counts = collections.Counter(outcomes.values())
-    assert counts["passed"] > 100, f"only {counts['passed']} keras-contrib tests passed"
-    failed = sorted(name for name, outcome in outcomes.items() if outcome == "failed")
-    assert not failed, "\n".join(
-        [f"{len(failed)} keras-contrib tests failed:", *failed, "", out.stdout[-5000:]]
-    )
-    tests = [key for key in EXCLUDED if "::" in key]
-    not_excluded = [key for key in tests if outcomes.get(key) != "xfailed"]
-    assert not not_excluded, (
-        f"excluded tests that were not run as expected failures: {not_excluded}"
-    )
-    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-3000:]
-    print(
-        f"keras-contrib test tree: {counts['passed']} passed, {counts['xfailed']} excluded "
-        f"tests and {len(EXCLUDED) - len(tests)} excluded files, {counts['skipped']} skipped "
-        "by keras-contrib"
-    )
+    # the tests write their files (a CRF's .h5, logs) into the working folder
+    out, outcomes = run_test_tree(TREE, TREE / "tests", environ, report, "-n", "2", cwd=tmp_path)
+    check_tree("keras-contrib", out, outcomes, EXCLUDED, passed=100)
