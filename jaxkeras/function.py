@@ -34,10 +34,12 @@ from jaxkeras._engine.graph import (
     LearningPhase,
     Placeholder,
     Symbolic,
+    advanced_runs,
     call_key,
-    derive_key,
+    empty_run_table,
     evaluate,
     op,
+    table_keys,
     topological_order,
 )
 from jaxkeras._engine.graph.interpret import evaluate_in_slices
@@ -342,10 +344,7 @@ class Function:
         phase, policy = _phase_and_policy(key)
         layout = self._layout
         state = layout.state(args)
-        keys = {
-            node: derive_key(rng[0], rng[2 * i + 1], rng[2 * i + 2])
-            for i, node in enumerate(self._random)
-        }
+        keys = dict(zip(self._random, table_keys(rng, len(self._random)))) if self._random else {}
         ctx = Context(state=state, learning_phase=phase, keys=keys, policy=policy)
         if self.check_numerics:
             ctx.numerics = []
@@ -368,7 +367,7 @@ class Function:
 
         def step(carry: tuple, xs: tuple) -> tuple:
             state, index = carry
-            step_rng = None if rng is None else rng.at[2::2].add(index.astype(rng.dtype))
+            step_rng = None if rng is None else advanced_runs(rng, index)
             outputs, new = self._traced(key, state, step_rng, xs)
             state = list(state)
             for position, value in zip(donated, new):
@@ -521,7 +520,7 @@ class Function:
             JAX's ``Lowered`` object.
         """
         phase, feeds = self._feeds(inputs)
-        rng = (np.zeros(2 * len(self._random) + 1, np.uint32),) if self._random else ()
+        rng = (empty_run_table(len(self._random)),) if self._random else ()
         key = _compile_key(phase)
         with STORE.lock.write():
             if self._starts_scaling(_phase_and_policy(key)[1]):

@@ -254,3 +254,21 @@ def test_eager_keys_under_another_key_implementation():
         np.testing.assert_array_equal(np.asarray(key), derive_key(3, 5, 7))
     finally:
         jax.config.update("jax_default_prng_impl", previous)
+
+
+def test_the_run_table_is_built_read_and_advanced_in_one_place():
+    from jaxkeras._engine.graph import (
+        advanced_runs,
+        derive_key,
+        empty_run_table,
+        run_table,
+        table_keys,
+    )
+
+    table = run_table(7, [(3, 0), (2**33 + 5, 4)])  # seeds keep their low 32 bits
+    np.testing.assert_array_equal(table, np.array([7, 3, 0, 5, 4], np.uint32))
+    assert empty_run_table(2).shape == table.shape and not empty_run_table(2).any()
+    keys = table_keys(jax.numpy.asarray(table), 2)
+    np.testing.assert_array_equal(keys[1], derive_key(7, 5, 4))
+    later = advanced_runs(jax.numpy.asarray(table), jax.numpy.uint32(3))
+    np.testing.assert_array_equal(later, np.array([7, 3, 3, 5, 7], np.uint32))

@@ -353,21 +353,17 @@ class Store:
         return graph.eager_key(base, seed, run)
 
     def take_runs(self, nodes: Sequence[Any], count: int = 1) -> np.ndarray:
-        """Counts ``count`` runs of each of ``nodes`` (a multi-step call's); returns the table a
-        compiled function derives their keys from: ``[base, seed_1, run_1, ..., seed_n,
-        run_n]`` (runs before it).
-
-        The seeds travel as runtime arguments, not constants, so that the same graph built
-        with other seeds (Keras draws an unseeded op's from NumPy) compiles to the same
-        program, which JAX's compilation cache can share across processes.
+        """Counts ``count`` runs of each of ``nodes`` (a multi-step call's); returns the run
+        table a compiled function derives their keys from (``graph.run_table``: the global
+        seed, then each op's seed and its runs before this call).
         """
         with self._rng_lock:
-            table = [self.seed]
+            entries = []
             for node in nodes:
                 run = self._runs_of(node)
-                table += (node._seed & 0xFFFFFFFF, run & 0xFFFFFFFF)
+                entries.append((node._seed, run))
                 self.runs[node] = run + count
-        return np.asarray(table, dtype=np.uint32)
+        return graph.run_table(self.seed, entries)
 
     def next_runs(self, nodes: Sequence[Any]) -> list[int]:
         """Returns how many times each of ``nodes`` has run (counting nothing)."""

@@ -36,7 +36,16 @@ from jaxkeras._engine.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras._engine.graph.grad import GradNode, gradient_nodes
 from jaxkeras._engine.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
 from jaxkeras._engine.graph.interpret import evaluate, evaluate_now, topological_order
-from jaxkeras._engine.graph.keys import call_key, derive_key, eager_key, node_key
+from jaxkeras._engine.graph.keys import (
+    advanced_runs,
+    call_key,
+    derive_key,
+    eager_key,
+    empty_run_table,
+    node_key,
+    run_table,
+    table_keys,
+)
 from jaxkeras._engine.graph.nodes import (
     ItemTensor,
     MultiOpTensor,
@@ -86,11 +95,13 @@ __all__ = [
     "VariableNode",
     "active_context",
     "active_scope",
+    "advanced_runs",
     "call_key",
     "derive_key",
     "draw_seed",
     "dtype_of",
     "eager_key",
+    "empty_run_table",
     "evaluate",
     "evaluate_now",
     "gradient_nodes",
@@ -105,9 +116,11 @@ __all__ = [
     "record",
     "reset",
     "reset_learning_phase",
+    "run_table",
     "standardize_dtype",
     "static_shape",
     "substituting",
+    "table_keys",
     "topological_order",
 ]
 

@@ -100,3 +100,69 @@ def eager_key(base: int, seed: int, run: int) -> jax.Array:
 
 
 _MASK = 0xFFFFFFFF
+
+
+# The run table: what a compiled function's random ops derive their keys from, one runtime
+# uint32 argument ``[base, seed_1, run_1, ..., seed_n, run_n]`` (the seeds travel as values,
+# not constants, so that the same graph built with other seeds compiles to the same program,
+# which JAX's compilation cache can share across processes). Built by the store
+# (``Store.take_runs``), read inside the trace (:func:`table_keys`), advanced per step of a
+# multi-step call (:func:`advanced_runs`) and sized for lowering (:func:`empty_run_table`): here
+# only.
+
+
+def run_table(base: int, entries: Any) -> np.ndarray:
+    """The run table of a call.
+
+    Args:
+        base: the global seed.
+        entries: ``(seed, run)`` per random op, in the function's order (any ints: their low 32
+            bits are used).
+
+    Returns:
+        A ``uint32`` array of ``1 + 2 * len(entries)`` values.
+    """
+    table = [base & _MASK]
+    for seed, run in entries:
+        table += (seed & _MASK, run & _MASK)
+    return np.asarray(table, dtype=np.uint32)
+
+
+def empty_run_table(count: int) -> np.ndarray:
+    """A run table of ``count`` random ops with every entry 0 (to lower a function for).
+
+    Args:
+        count: the number of random ops.
+
+    Returns:
+        A ``uint32`` array of :func:`run_table`'s size.
+    """
+    return np.zeros(1 + 2 * count, np.uint32)
+
+
+def table_keys(table: Any, count: int) -> list[jax.Array]:
+    """The keys of the ``count`` random ops of a run table, in order (inside a trace: the table
+    is a traced argument).
+
+    Args:
+        table: a :func:`run_table` (or its tracer).
+        count: the number of random ops.
+
+    Returns:
+        One key per op: :func:`derive_key` of the base, its seed and its run.
+    """
+    return [derive_key(table[0], table[2 * i + 1], table[2 * i + 2]) for i in range(count)]
+
+
+def advanced_runs(table: Any, steps: Any) -> Any:
+    """``table`` with every op's run ``steps`` later (step ``steps`` of a multi-step call
+    counts its runs after the earlier steps', as separate calls count them).
+
+    Args:
+        table: a traced :func:`run_table`.
+        steps: a traced ``uint32`` count.
+
+    Returns:
+        The advanced table.
+    """
+    return table.at[2::2].add(steps.astype(table.dtype))
