@@ -262,3 +262,19 @@ def test_eager_draws_are_exact_shape_where_threefry_is_not_partitionable():
         assert not np.allclose(-1.0 + 4.0 * cut, reference)  # a bucket would be wrong here
     finally:
         jax.config.update("jax_threefry_partitionable", previous)
+
+
+def test_eager_draws_and_keys_share_one_cache_of_helpers():
+    # issue 41: the eager sampler and the eager key function are compiled once each, with
+    # K.function's options, in one cache keyed by the function, JAX's PRNG implementation
+    # and the options
+    from jaxkeras._xla import options
+
+    K.random_uniform((3,), seed=1)
+    K.random_normal((5,), seed=2)
+    helpers = [key[0].__name__ for key in options._HELPERS]  # (each jit wraps its own copy)
+    assert sorted(set(helpers)) == ["_key_of_table", "_sample"]
+    assert len(helpers) == len(set(options._HELPERS))  # nothing made twice
+    for key, helper in options._HELPERS.items():
+        assert key[1] == jax.config.jax_default_prng_impl
+        assert options.compiled_helper(key[0], **dict(key[3])) is helper

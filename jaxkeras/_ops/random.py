@@ -19,7 +19,7 @@ from jaxkeras._ops.common import (
     TensorLike,
     concrete_dims,
 )
-from jaxkeras._xla.options import compiler_options
+from jaxkeras._xla.options import compiled_helper
 from jaxkeras.checks import (
     check_dtype,
     check_float_dtype,
@@ -66,20 +66,9 @@ def _sample(key: Any, a: Any, b: Any, *, kind: str, shape: tuple, dtype: str) ->
     return jax.random.bernoulli(key, a, shape).astype(dtype)
 
 
-_EAGER_SAMPLERS: dict = {}
-
-
 def _eager_sample(key: Any, a: Any, b: Any, *, kind: str, shape: tuple, dtype: str) -> Any:
-    """:func:`_sample`, compiled as ``K.function`` compiles (made at the first draw: the
-    options depend on the backend, which importing must not start)."""
-    options = compiler_options()
-    signature = None if options is None else tuple(sorted(options.items()))
-    sampler = _EAGER_SAMPLERS.get(signature)
-    if sampler is None:
-        sampler = jax.jit(
-            _sample, static_argnames=("kind", "shape", "dtype"), compiler_options=options
-        )
-        _EAGER_SAMPLERS[signature] = sampler
+    """:func:`_sample`, compiled as ``K.function`` compiles (``compiled_helper``)."""
+    sampler = compiled_helper(_sample, static_argnames=("kind", "shape", "dtype"))
     return sampler(key, a, b, kind=kind, shape=shape, dtype=dtype)
 
 

@@ -27,6 +27,7 @@ openxla/xla#22116 (XLA:CPU's results change with the backend optimization level;
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -172,3 +173,43 @@ def accepted_options(options: dict[str, Any]) -> dict[str, Any]:
             accepted = {k: v for k, v in options.items() if _compiles_with({k: v})}
         _ACCEPTED[signature] = accepted
     return accepted
+
+
+_HELPERS: dict[tuple, Any] = {}
+
+
+def compiled_helper(fn: Any, **jit_kwargs: Any) -> Any:
+    """``jax.jit(fn, **jit_kwargs)`` compiled with ``K.function``'s options, made once per
+    function, JAX's PRNG implementation and set of options: the one cache of the small helpers
+    jaxkeras compiles outside graphs (eager random draws, eager keys), whose first compile a
+    fresh process pays (XLA:CPU's classic emitters compile them in a third of the time of its
+    defaults). JAX's own cache of a function's compilations tells neither the PRNG
+    implementation (a key's shape) nor the options apart.
+
+    Made at the first call, not at import (the options depend on the backend, which importing
+    must not start).
+
+    Args:
+        fn: the function.
+        **jit_kwargs: more arguments of ``jax.jit`` (hashable: ``static_argnames``, ...).
+
+    Returns:
+        The ``jax.jit`` object.
+    """
+    options = compiler_options()
+    key = (
+        fn,
+        jax.config.jax_default_prng_impl,
+        None if options is None else tuple(sorted(options.items())),
+        tuple(sorted(jit_kwargs.items())),
+    )
+    helper = _HELPERS.get(key)
+    if helper is None:
+        # a function object of its own: JAX shares a function's traces between its jits, and
+        # a key traced under one PRNG implementation has another's shape
+        @functools.wraps(fn)
+        def own(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        helper = _HELPERS[key] = jax.jit(own, compiler_options=options, **jit_kwargs)
+    return helper

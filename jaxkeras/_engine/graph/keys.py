@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxkeras._xla.options import compiler_options
+from jaxkeras._xla.options import compiled_helper
 
 
 def call_key(base: Any, run: Any) -> jax.Array:
@@ -64,20 +64,9 @@ def derive_key(base: Any, seed: Any, run: Any) -> jax.Array:
     return node_key(call_key(base, run), seed)
 
 
-def _key_function() -> Any:
-    """A new compiled :func:`derive_key` on ``uint32[3]`` ``(base, seed, run)``, compiled
-    with ``K.function``'s options (XLA:CPU's classic emitters compile it in a third of the time
-    of its defaults, which a fresh process pays at its first draw)."""
-
-    def key_of_table(table: jax.Array) -> jax.Array:
-        return derive_key(table[0], table[1], table[2])
-
-    return jax.jit(key_of_table, compiler_options=compiler_options())
-
-
-_KEY_FUNCTIONS: dict[str, Any] = {}
-"""JAX's key implementation -> :func:`_key_function` made for it (JAX's cache of a function's
-compilations does not tell the implementations apart)."""
+def _key_of_table(table: jax.Array) -> jax.Array:
+    """:func:`derive_key` on ``uint32[3]`` ``(base, seed, run)``."""
+    return derive_key(table[0], table[1], table[2])
 
 
 def eager_key(base: int, seed: int, run: int) -> jax.Array:
@@ -92,10 +81,7 @@ def eager_key(base: int, seed: int, run: int) -> jax.Array:
     Returns:
         A JAX key (raw ``uint32[2]`` data, or the size of another implementation's keys).
     """
-    implementation = jax.config.jax_default_prng_impl
-    compiled = _KEY_FUNCTIONS.get(implementation)
-    if compiled is None:
-        compiled = _KEY_FUNCTIONS[implementation] = _key_function()
+    compiled = compiled_helper(_key_of_table)
     return compiled(np.array([base, seed & _MASK, run & _MASK], dtype=np.uint32))
 
 
