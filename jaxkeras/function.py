@@ -391,9 +391,9 @@ class Function:
         their results before the store takes the new state, since on an accelerator a failure
         while it runs shows only when its results are read (on CPU the call raises at once).
         Errors found while tracing change nothing. JAX reuses the trace looked at for
-        callbacks and for the program's size (for every compilation: the quick tier's options
-        depend on that size, :func:`jaxkeras.tiers.quick_options`), so the graph is traced once
-        per phase and input signature.
+        callbacks and for the quick tier's LLVM level (for every compilation: the level depends
+        on the program's size and on where its work is, :func:`jaxkeras.tiers.quick_level`), so
+        the graph is traced once per phase and input signature.
         """
         n_state, n_rng = self._layout.n_args, int(bool(self._random))
         first_feed = n_state + n_rng
