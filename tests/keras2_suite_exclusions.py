@@ -95,3 +95,14 @@ if sys.version_info >= (3, 12):
         "keras_preprocessing 1.1.2's skipgrams passes a float to random.randint, which Python "
         "3.12 rejects (TypeError: 'float' object cannot be interpreted as an integer)"
     )
+
+SKIPPED: dict[str, str] = {}
+"""Tests not run here, with reasons: their outcome depends on how this Python schedules
+threads, independently of the backend, so an expected failure would pass now and then."""
+if sys.version_info >= (3, 13):
+    SKIPPED["tests/keras/utils/data_utils_test.py::test_ordered_enqueuer_timeout_threads"] = (
+        "assumes the thread pool runs input 0 first (the one its SlowSequence delays and its "
+        "warning names): Python 3.13's GIL hands the first turn to another worker (a bare "
+        "multiprocessing.pool.ThreadPool of 5 threads given inputs 0-9 runs 1, 2 or 3 first on "
+        "3.13.0, 0 on 3.11 and 3.12), so the warning names another input on every backend"
+    )

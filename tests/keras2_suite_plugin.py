@@ -7,6 +7,11 @@ Loaded with ``-p keras2_suite_plugin`` and ``KERAS_BACKEND=jaxkeras`` by
 - Exclusions: the tests in the ``EXCLUDED`` of the module that ``JAXKERAS_SUITE_EXCLUSIONS``
   names (default :mod:`keras2_suite_exclusions`, Keras 2.3.1's) are strict expected failures
   (a file there is not collected).
+- Skipped: the tests in its ``SKIPPED`` (those whose outcome depends on how this Python
+  schedules threads) are skipped, with their reasons.
+- Alarms: a test that fails while its own ``signal.setitimer`` alarm is armed (Keras's
+  time-outs) would have it fire in a later test; each test's alarm and ``SIGALRM`` handler are
+  undone after it.
 - Session: Keras's ``tests/conftest.py`` clears the session after each test only on TensorFlow
   and CNTK; this plugin clears it on jaxkeras too, so no test leaks its learning phase or uids.
 - Backends: backend_test.py compares ``KTF`` (the TensorFlow backend module) with Keras's
@@ -31,6 +36,7 @@ Loaded with ``-p keras2_suite_plugin`` and ``KERAS_BACKEND=jaxkeras`` by
 import importlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -45,6 +51,7 @@ _EXCLUSIONS = importlib.import_module(
     os.environ.get("JAXKERAS_SUITE_EXCLUSIONS", "keras2_suite_exclusions")
 )
 EXCLUDED = _EXCLUSIONS.EXCLUDED
+SKIPPED = getattr(_EXCLUSIONS, "SKIPPED", {})
 
 sys.modules["keras.backend.tensorflow_backend"] = jaxkeras
 
@@ -90,6 +97,17 @@ def pytest_collection_modifyitems(items: list) -> None:
         reason = EXCLUDED.get(item.nodeid)
         if reason is not None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"excluded: {reason}"))
+        if item.nodeid in SKIPPED:
+            item.add_marker(pytest.mark.skip(reason=SKIPPED[item.nodeid]))
+
+
+@pytest.fixture(autouse=True)
+def _no_alarm_outlives_its_test():
+    handler = signal.getsignal(signal.SIGALRM)
+    yield
+    if signal.getitimer(signal.ITIMER_REAL)[0]:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, handler)
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,8 @@ and the plugin ``tests/keras2_suite_plugin.py`` (which also clears the session a
 test, as Keras's conftest does only for TensorFlow). Every test must pass or be skipped by
 Keras's own markers (those for TensorFlow, Theano or CNTK only), except those in
 ``tests/keras2_suite_exclusions.py``, each with a reason that holds on the TensorFlow backend
-too; an excluded test that starts passing fails the run.
+too; an excluded test that starts passing fails the run. Its ``SKIPPED`` tests (whose outcome
+depends on how this Python schedules threads, on every backend) are not run.
 """
 
 from __future__ import annotations
