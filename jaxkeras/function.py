@@ -12,6 +12,7 @@ decided then.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -241,9 +242,13 @@ class Function:
         # whether the graph calls back into Python: then its calls donate nothing and wait for
         # their results before the store takes them (see _compile)
         self._calls_back = False
-        # tiered compilation (jaxkeras.tiers): each key's way to its optimized executable,
-        # until a call takes it; the options of the executable compiled or moved to last
-        self._to_optimize: dict[Any, tiers.Upgrade] = {}
+        # tiered compilation (jaxkeras.tiers), per key and feed shapes (a signature): the
+        # traced function, donation and quick options of each key compiled with a second
+        # tier; each signature's way to its optimized executable until a call takes it, then
+        # that executable and its options; the options of the executable run last
+        self._quick: dict[Any, tiers.Quick] = {}
+        self._to_optimize: dict[tuple, tiers.Upgrade] = {}
+        self._optimized: dict[tuple, tuple[Any, Any]] = {}
         self._options: dict[str, Any] | None = compiler_options()
         self._ahead: Ahead | None = None  # the other planned batch sizes, compiling
         _FUNCTIONS.add(self)
@@ -420,10 +425,12 @@ class Function:
             donated = ()
             self._calls_back = True
         options = compiler_options()
-        if tiers.has_second_tier():
+        tiered = tiers.has_second_tier()
+        if tiered:
             options = tiers.quick_options(tiers.quick_level(jaxpr))
-            self._to_optimize[key] = tiers.Upgrade(run, donated)
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
+        if tiered:
+            self._quick[key] = tiers.Quick(run, donated, options, compiled)
         self._compiled[key] = compiled
         self._options = options
         return compiled
@@ -438,6 +445,8 @@ class Function:
             if ahead.sizes:
                 ahead.compile_beside()
                 self._ahead = ahead
+                if (quick := self._quick.get(key)) is not None:
+                    quick.planned = frozenset(ahead.sizes)
         return compiled
 
     def release(self) -> None:
@@ -447,7 +456,7 @@ class Function:
     def _drop_compiled(self) -> None:
         """Forgets every executable, and any optimized one still compiling."""
         self._compiled, self._ahead = {}, None
-        self._to_optimize = {}
+        self._quick, self._to_optimize, self._optimized = {}, {}, {}
 
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
@@ -479,7 +488,8 @@ class Function:
         (``jax.jit(f.pure, compiler_options=f.compiler_options)``); ``None`` for XLA's
         defaults (see :func:`jaxkeras._xla.options.compiler_options`): the quick tier's for this
         program (:func:`jaxkeras.tiers.quick_options`), the optimized tier's once this function
-        runs it (:mod:`jaxkeras.tiers`)."""
+        runs it (:mod:`jaxkeras.tiers`): those of the executable the last call ran (tiers move
+        per feed shapes)."""
         return self._options
 
     # calling -----------------------------------------------------------------------------------
@@ -547,40 +557,64 @@ class Function:
     def _compiled_for(self, phase: int, args: tuple, feeds: list) -> Any:
         """The executable for a call in ``phase`` (under the dtype policy in effect) on state
         ``args`` and ``feeds``: compiled by the first call, or waited for when it is one of the
-        planned sizes compiling ahead."""
+        planned sizes compiling ahead, or its signature's optimized one (:meth:`_next_tier`)."""
         key = _compile_key(phase)
         compiled = self._compiled.get(key)
         if compiled is None:
-            return self._compile_first(key, (*args, *feeds))
-        if (ahead := self._ahead) is not None and ahead.wait(feeds):
+            compiled = self._compile_first(key, (*args, *feeds))
+        elif (ahead := self._ahead) is not None and ahead.wait(feeds):
             self._ahead = None  # (read into a local: readers run concurrently)
-        if self._to_optimize:
-            compiled = self._next_tier(key, compiled, (*args, *feeds))
+        if self._quick:
+            compiled = self._next_tier(key, compiled, args, feeds)
         return compiled
 
-    def _next_tier(self, key: Any, compiled: Any, args: tuple) -> Any:
-        """Tiered compilation (:mod:`jaxkeras.tiers`): the call of a key that follows its
-        ``CALLS_BEFORE_OPTIMIZING`` calls starts its optimized compile in the background; a
-        later call moves to it, when :meth:`jaxkeras.tiers.Upgrade.due` says. Returns the
-        executable to call."""
-        upgrade = self._to_optimize.get(key)
+    def _next_tier(self, key: Any, compiled: Any, args: tuple, feeds: list) -> Any:
+        """Tiered compilation (:mod:`jaxkeras.tiers`), per signature (``key`` and the feeds'
+        shapes): a new signature runs a quick executable (:meth:`jaxkeras.tiers.Quick.executable`:
+        ``compiled`` for the first); the call that follows its ``CALLS_BEFORE_OPTIMIZING``
+        calls starts its optimized compile in the background; a later call moves to it, when
+        :meth:`jaxkeras.tiers.Upgrade.due` says. So a function called with a new shape each
+        time never compiles at the optimized options. Returns the executable to call."""
+        signature = (key, *map(_SHAPE, feeds))
+        moved = self._optimized.get(signature)
+        if moved is not None:
+            executable, self._options = moved
+            return executable
+        upgrade = self._to_optimize.get(signature)
         if upgrade is None:
-            return compiled
+            if (quick := self._quick.get(key)) is None:  # compiled with one tier
+                return compiled
+            # (its first call, which compiles it, is not counted: as a function's first call)
+            upgrade = tiers.Upgrade(quick.run, quick.donated)
+            upgrade.quick = quick.executable(feeds[len(feeds) - len(self._feed_inputs) :])
+            upgrade = self._to_optimize.setdefault(signature, upgrade)
+            executable, self._options = upgrade.quick
+            return executable
+        executable, self._options = upgrade.quick
         upgrade.countdown -= 1
         if upgrade.countdown == 0:
-            upgrade.start(args, len(self._feed_inputs))
+            upgrade.start((*args, *feeds), len(self._feed_inputs))
         elif upgrade.countdown < 0 and upgrade.due():
-            return self._take_optimized(key, compiled)
-        return compiled
+            return self._take_optimized(signature, upgrade.quick)
+        return executable
 
-    def _take_optimized(self, key: Any, compiled: Any) -> Any:
-        """Waits for ``key``'s optimized compile and moves to it (stays on ``compiled`` when it
-        failed); the key then has no further tier."""
-        upgraded = self._to_optimize.pop(key).result()
-        if upgraded is None:
-            return compiled
-        self._compiled[key] = upgraded
+    def _take_optimized(self, signature: tuple, quick: tuple[Any, Any]) -> Any:
+        """Waits for ``signature``'s optimized compile and moves to it, and the other planned
+        batch sizes it compiled with their own signatures (stays on its ``quick`` executable
+        and options when it failed); the signature then has no further tier."""
+        upgrade = self._to_optimize.pop(signature, None)
+        upgraded = None if upgrade is None else upgrade.result()
+        if upgraded is None:  # failed (or another thread moved it meanwhile)
+            executable, self._options = self._optimized.setdefault(signature, quick)
+            return executable
         self._options = tiers.optimized_options()
+        n_feeds = len(signature) - 1
+        for job in upgrade.jobs:
+            planned = (signature[0], *[spec.shape for spec in job[len(job) - n_feeds :]])
+            self._optimized.setdefault(planned, (upgraded, self._options))
+            pending = self._to_optimize.get(planned)
+            if pending is not None and not pending.started:
+                self._to_optimize.pop(planned, None)
         return upgraded
 
     def _check_flags(self, phase: int, flags: Any) -> None:
@@ -606,12 +640,12 @@ class Function:
         Returns:
             Whether the optimized tier is in use.
         """
-        started = [k for k, upgrade in self._to_optimize.items() if upgrade.started]
-        for key in started:
-            if not self._to_optimize[key].wait(timeout):
+        started = [(s, u) for s, u in list(self._to_optimize.items()) if u.started]
+        for _, upgrade in started:
+            if not upgrade.wait(timeout):
                 return False
-        for key in started:
-            self._take_optimized(key, self._compiled.get(key))
+        for signature, upgrade in started:
+            self._take_optimized(signature, upgrade.quick)
         return self._options == tiers.optimized_options() and tiers.has_second_tier()
 
     def __call__(self, inputs: Sequence[Any]) -> Any:
@@ -691,6 +725,7 @@ class Function:
 _ARRAY_TYPES = (np.ndarray, ARRAY_TYPE)
 _BORROWED_BYTES = cpu_memory.BORROWED_BYTES
 _SEQUENCES = (list, tuple)
+_SHAPE = operator.attrgetter("shape")
 
 
 def _compile_key(phase: int) -> Any:

@@ -12,12 +12,16 @@ at level 1, where level 0 would run XLA's own fusions several times slower (Mobi
 depthwise taps) or compiling takes well under a second anyway (small programs).
 
 With tiered compilation (on by default), a function's first compile is the quick one; once it
-has been called :data:`CALLS_BEFORE_OPTIMIZING` times (so that a short run, a notebook cell,
-pays nothing more), a background thread compiles the same program again with XLA's own
-fusion emitters, optimization level and module count (the options that choose kernels stay:
-:func:`optimized_options`), for that call's shapes and for the other batch sizes announced to
-:func:`jaxkeras._engine.ahead.plan_batch_sizes`. When the function moves to it depends on
-the mode (:func:`set_tiered_compilation`, ``$JAXKERAS_TIERED_COMPILATION``):
+has been called :data:`CALLS_BEFORE_OPTIMIZING` times with the same feed shapes (so that a
+short run, a notebook cell, pays nothing more), a background thread compiles the same program
+again with XLA's own fusion emitters, optimization level and module count (the options that
+choose kernels stay: :func:`optimized_options`), for those shapes and for the other batch
+sizes announced to :func:`jaxkeras._engine.ahead.plan_batch_sizes`. Each signature (learning
+phase, dtype policy and feed shapes) counts its own calls and moves on its own: a shape first
+seen after others moved compiles quickly too, so a function called with a new shape each time
+(a decode one token longer per call) never waits for an optimized compile, and a shape
+called once never gets one. When a signature moves depends on the mode
+(:func:`set_tiered_compilation`, ``$JAXKERAS_TIERED_COMPILATION``):
 
 - ``"never_wait"`` (the default): at the first call after the optimized executable is
   ready. Training never stops for the compile; the call at which it moves depends on how
@@ -49,12 +53,12 @@ import contextlib
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
-from jaxkeras._engine.ahead import planned_specs
+from jaxkeras._engine.ahead import batch_of, planned_specs
 from jaxkeras._engine.graph import DISTRIBUTION
 from jaxkeras._xla import options
 from jaxkeras.config import env_switch
@@ -72,9 +76,9 @@ __all__ = [
 
 ENV_VAR = "JAXKERAS_TIERED_COMPILATION"
 CALLS_BEFORE_OPTIMIZING = 16
-"""How many calls of a function (per learning phase and dtype policy) run the quick compile
-before the optimized one starts compiling (and, in the ``"reproducible"`` mode, how many more
-before the function moves to it)."""
+"""How many calls of a function (per learning phase, dtype policy and feed shapes) run the
+quick compile before the optimized one starts compiling (and, in the ``"reproducible"``
+mode, how many more before the function moves to it)."""
 LARGE_PROGRAM = 3000
 """The number of operations (JAX equations, counted into loop bodies and calls) from which a
 program's quick compile may be at LLVM's level 0 instead of 1 (:func:`quick_level`)."""
@@ -151,22 +155,18 @@ def program_size(jaxpr: Any) -> int:
     Returns:
         The count.
     """
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += 1
-        for param in eqn.params.values():
-            for inner in param if isinstance(param, (list, tuple)) else (param,):
-                if hasattr(inner, "eqns") or hasattr(getattr(inner, "jaxpr", None), "eqns"):
-                    count += program_size(inner)
-    return count
+    totals = [0, 0.0, 0.0]
+    _measure(jaxpr, totals)
+    return totals[0]
 
 
-def _work(jaxpr: Any, totals: list[float], times: int = 1) -> None:
-    """Adds ``jaxpr``'s work to ``totals``: the floating-point operations of its matrix
-    products and convolutions (library calls on CPU), then the elements its other operations
-    read or write (XLA's own fusions), each counted ``times`` (a loop's length)."""
+def _measure(jaxpr: Any, totals: list, times: int = 1) -> None:
+    """Adds ``jaxpr``'s size and work to ``totals`` (one walk): its equations, those of the
+    jaxprs it holds included; the floating-point operations of its matrix products and
+    convolutions (library calls on CPU); the elements its other operations read or write
+    (XLA's own fusions). The work is counted ``times`` (a loop's length), the equations once."""
     for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        totals[0] += 1
         inner = [
             p
             for value in eqn.params.values()
@@ -176,23 +176,23 @@ def _work(jaxpr: Any, totals: list[float], times: int = 1) -> None:
         if inner:
             repeat = times * int(eqn.params.get("length", 1))
             for p in inner:
-                _work(p, totals, repeat)
+                _measure(p, totals, repeat)
             continue
         out = sum(math.prod(getattr(v.aval, "shape", ())) for v in eqn.outvars)
         name = eqn.primitive.name
         if name == "dot_general":
             (contracted, _), _ = eqn.params["dimension_numbers"]
             depth = math.prod(eqn.invars[0].aval.shape[d] for d in contracted)
-            totals[0] += times * 2 * out * depth
+            totals[1] += times * 2 * out * depth
         elif name == "conv_general_dilated":
             kernel = eqn.invars[1].aval.shape
             per_output = math.prod(kernel) // kernel[eqn.params["dimension_numbers"].rhs_spec[0]]
-            totals[0] += times * 2 * out * per_output
+            totals[1] += times * 2 * out * per_output
         else:
             read = sum(
                 math.prod(getattr(getattr(v, "aval", None), "shape", ())) for v in eqn.invars
             )
-            totals[1] += times * max(out, read)
+            totals[2] += times * max(out, read)
 
 
 def quick_level(jaxpr: Any) -> int:
@@ -208,11 +208,11 @@ def quick_level(jaxpr: Any) -> int:
     Returns:
         0 or 1.
     """
-    if program_size(jaxpr) < LARGE_PROGRAM:
-        return 1
-    totals = [0.0, 0.0]
-    _work(jaxpr, totals)
-    return 0 if totals[1] <= FUSED_PER_FLOP * totals[0] else 1
+    totals = [0, 0.0, 0.0]
+    _measure(jaxpr, totals)
+    equations, flops, elements = totals
+    large = equations >= LARGE_PROGRAM
+    return 0 if large and elements <= FUSED_PER_FLOP * flops else 1
 
 
 def quick_options(level: int) -> dict[str, Any] | None:
@@ -254,9 +254,62 @@ def has_second_tier() -> bool:
     return tiered() and optimized_options() != options.compiler_options()
 
 
+class Quick:
+    """A compiled program's quick tier (per function, learning phase and dtype policy): the
+    executable its first signature runs, and the one for the signatures that come later.
+
+    Args:
+        run: the traced function.
+        donated: its donated argument indices.
+        options: the first signature's options (:func:`quick_options` at :func:`quick_level`).
+        compiled: the ``jax.jit`` of ``run`` with ``options``.
+
+    Attributes:
+        planned: the other batch sizes ``compiled`` compiles ahead of their calls
+            (:class:`jaxkeras._engine.ahead.Ahead`).
+    """
+
+    def __init__(
+        self, run: Callable[..., Any], donated: tuple[int, ...], options: Any, compiled: Any
+    ) -> None:
+        self.run, self.donated = run, donated
+        self._first = (compiled, options)
+        self._later: tuple[Any, Any] | None = None
+        self._signatures = 0
+        self.planned: frozenset[int] = frozenset()
+
+    def executable(self, feeds: Sequence[Any]) -> tuple[Any, Any]:
+        """The quick executable of a new signature and its options: the first signature's
+        for the first one and for the batch sizes compiled ahead with it (:attr:`planned`);
+        for each later one (a function called with a shape it has not seen: a decode one
+        token longer per call), LLVM's level 0, which compiles several times quicker
+        (``benchmarks/RESULTS.md``, "decode"): a shape seen once runs about as often as it is
+        compiled, and one called :data:`CALLS_BEFORE_OPTIMIZING` times gets the optimized
+        compile.
+
+        Args:
+            feeds: the signature's feeds.
+
+        Returns:
+            The ``jax.jit`` and its options.
+        """
+        self._signatures += 1
+        if self._signatures == 1 or batch_of(feeds) in self.planned:
+            return self._first
+        if self._later is None:
+            options = quick_options(0)
+            if options == self._first[1]:
+                self._later = self._first
+            else:
+                jitted = jax.jit(self.run, donate_argnums=self.donated, compiler_options=options)
+                self._later = (jitted, options)
+        return self._later
+
+
 class Upgrade:
-    """One compiled program's way to its optimized executable (per function, learning phase
-    and dtype policy): a countdown of calls, then a background compile, then the move.
+    """One compiled program's way to its optimized executable (per function, learning phase,
+    dtype policy and the shapes of its feeds): a countdown of calls, then a background
+    compile, then the move.
 
     Args:
         run: the traced function (the quick tier's ``jax.jit`` wraps the same).
@@ -267,6 +320,10 @@ class Upgrade:
             zero, calls since it started).
         reproducible: whether the move waits for a fixed call (the ``"reproducible"`` mode
             when the program was compiled).
+        jobs: the argument specs the compile is for, once started: the starting call's,
+            then the other planned batch sizes' (:func:`jaxkeras._engine.ahead.planned_specs`).
+        quick: the quick executable the signature runs until it moves, and its options
+            (:meth:`Quick.executable`).
     """
 
     def __init__(self, run: Callable[..., Any], donated: tuple[int, ...]) -> None:
@@ -276,6 +333,8 @@ class Upgrade:
         self.reproducible = mode() == "reproducible"
         self._thread: threading.Thread | None = None
         self._jitted: Any = None
+        self.jobs: list[tuple] = []
+        self.quick: tuple[Any, Any] = (None, None)
 
     @property
     def started(self) -> bool:
@@ -290,7 +349,7 @@ class Upgrade:
             args: a call's flat arguments, the feeds last.
             n_feeds: how many of ``args`` are feeds.
         """
-        jobs = planned_specs(args, n_feeds)
+        jobs = self.jobs = planned_specs(args, n_feeds)
         if not jobs:  # the arguments cannot be described for lowering: no second tier
             return
         jitted = jax.jit(

@@ -10,8 +10,9 @@ import pytest
 
 import jaxkeras as K
 from jaxkeras import tiers
+from jaxkeras._engine.ahead import plan_batch_sizes
 from jaxkeras._xla import options as xla_options
-from tests.helpers import run_python
+from tests.helpers import compile_threads, run_python
 
 pytestmark = pytest.mark.skipif(
     not tiers.has_second_tier(), reason="one tier here (not CPU, or switched off)"
@@ -40,9 +41,9 @@ def _train_step():
     return f, ws
 
 
-def _batch():
-    x = RNG.standard_normal((16, 32)).astype("float32")
-    return [x, np.eye(10, dtype="float32")[RNG.integers(0, 10, 16)]]
+def _batch(size=16):
+    x = RNG.standard_normal((size, 32)).astype("float32")
+    return [x, np.eye(10, dtype="float32")[RNG.integers(0, 10, size)]]
 
 
 def test_the_optimized_compile_waits_for_its_calls(monkeypatch):
@@ -85,6 +86,78 @@ def test_both_tiers_compute_the_same_step():
     expected = [plain(batch)[0] for _ in range(3)]
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
     assert plain.compiler_options == xla_options.compiler_options()  # never moved on
+
+
+def test_each_feed_shape_moves_on_its_own(monkeypatch):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 2)
+    f, ws = _train_step()
+    quick = f.compiler_options
+    later = {**quick, xla_options.CPU_LEVEL_FLAG: 0}  # a later shape's quick compile
+    for _ in range(3):  # the third call of 16 rows starts their optimized compile
+        f(_batch(16))
+    assert f.wait_optimized(timeout=120)
+    f(_batch(16))
+    assert f.compiler_options == tiers.optimized_options() != quick
+    # a new shape after the move runs (and compiles at) the later shapes' quick options
+    f(_batch(7))
+    assert f.compiler_options == later
+    f(_batch(16))  # the moved shape stays moved
+    assert f.compiler_options == tiers.optimized_options()
+    batch = _batch(7)
+    f(batch)
+    assert f.compiler_options == later
+    assert [upgrade.started for upgrade in f._to_optimize.values()] == [False]
+    # the contract holds for it too: f.pure with f's options is what f runs
+    pure = jax.jit(f.pure, compiler_options=f.compiler_options)
+    outputs, new = pure(f.state(), f.next_key(), batch)
+    got = f(batch)  # its own third call: starts its own compile
+    assert np.asarray(outputs[0]).tobytes() == np.asarray(got[0]).tobytes()
+    for w in ws:
+        assert np.asarray(new[w.name]).tobytes() == K.get_value(w).tobytes()
+    assert f.wait_optimized(timeout=120)
+    f(_batch(7))
+    assert f.compiler_options == tiers.optimized_options()
+    assert f.trace_count == 2  # one trace per shape, shared by its tiers
+
+
+def test_a_later_shape_compiles_at_level_zero_and_planned_sizes_at_the_first(monkeypatch):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 100)
+    xla_options.compiler_options()  # (probed once per process: not a compile of the graph's)
+    plan_batch_sizes({16, 5})
+    try:
+        f, _ = _train_step()
+        with compile_threads() as compiles:
+            f(_batch(16))  # compiles 16 rows, and 5 in the background
+            f(_batch(5))
+            assert f.compiler_options == (quick := xla_options.compiler_options())
+            f(_batch(5))
+            f(_batch(16))
+            assert len(compiles) == 2  # nothing compiled again
+            f(_batch(9))  # neither the first size nor a planned one: level 0
+            assert f.compiler_options == {**quick, xla_options.CPU_LEVEL_FLAG: 0}
+            f(_batch(9))
+            assert len(compiles) == 3
+    finally:
+        plan_batch_sizes(())
+
+
+def test_a_shape_after_the_move_computes_what_one_tier_does(monkeypatch):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 1)
+    rng = np.random.default_rng(3)
+    start = [rng.normal(0, 0.2, s).astype("float32") for s in [(32, 64), (64, 10)]]
+    batches = [_batch(size) for size in (16, 16, 16, 5, 9, 16, 5)]
+    losses = {}
+    for setting in (True, False):
+        tiers.set_tiered_compilation(setting)
+        f, ws = _train_step()
+        for w, value in zip(ws, start):
+            K.set_value(w, value)
+        losses[setting] = []
+        for i, batch in enumerate(batches):
+            losses[setting].append(f(batch)[0])
+            if i == 2 and setting:
+                assert f.wait_optimized(timeout=120)  # 16 rows move; 5 and 9 come new
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
 
 
 def test_pure_with_the_options_in_use_is_the_call_bit_for_bit():
@@ -148,7 +221,7 @@ def test_never_wait_moves_at_the_first_call_after_the_compile_is_ready(monkeypat
     for _ in range(12):  # far past where the reproducible mode would move (and wait)
         f(batch)
     assert f.compiler_options == quick  # the compile is held: no call waited for it
-    upgrade = f._to_optimize[0]
+    (upgrade,) = f._to_optimize.values()  # one signature: its phase and its feed shapes
     gate.set()
     assert upgrade.wait(120)
     assert f.compiler_options == quick  # ready, but no call has moved yet

@@ -24,7 +24,7 @@ import numpy as np
 from jaxkeras._engine.graph.base import is_int
 from jaxkeras._engine.graph.runtime import DISTRIBUTION
 
-__all__ = ["Ahead", "plan_batch_sizes", "planned_batch_sizes"]
+__all__ = ["Ahead", "batch_of", "plan_batch_sizes", "planned_batch_sizes"]
 
 _plan: dict[str, frozenset[int]] = {"sizes": frozenset()}
 
@@ -50,7 +50,7 @@ def planned_batch_sizes() -> frozenset[int]:
     return _plan["sizes"]
 
 
-def _batch_of(feeds: Iterable[Any]) -> int | None:
+def batch_of(feeds: Iterable[Any]) -> int | None:
     """The leading size of the first feed with one (``None`` when no feed is an array)."""
     for feed in feeds:
         shape = getattr(feed, "shape", ())
@@ -87,7 +87,7 @@ def planned_specs(args: tuple, n_feeds: int) -> list[tuple]:
         a plain array.
     """
     fixed, feeds = args[: len(args) - n_feeds], args[len(args) - n_feeds :]
-    batch = _batch_of(feeds)
+    batch = batch_of(feeds)
     plan = planned_batch_sizes()
     sizes = sorted(plan.difference((batch,))) if batch in plan else []
     jobs = []
@@ -112,7 +112,7 @@ class Ahead:
     def __init__(self, compiled: Any, args: tuple, n_feeds: int) -> None:
         self._compiled, self._args, self._n_feeds = compiled, args, n_feeds
         fixed, feeds = args[: len(args) - n_feeds], args[len(args) - n_feeds :]
-        batch = _batch_of(feeds)
+        batch = batch_of(feeds)
         plan = planned_batch_sizes()
         self.sizes = plan.difference((batch,)) if batch in plan else frozenset()
         specs = [_spec(a) for a in fixed]
@@ -152,7 +152,7 @@ class Ahead:
         """
         if self._thread is None:
             return True
-        if _batch_of(args[len(args) - self._n_feeds :]) in self.sizes:
+        if batch_of(args[len(args) - self._n_feeds :]) in self.sizes:
             self._thread.join()
         return not self._thread.is_alive()
 
