@@ -20,7 +20,9 @@ sizes announced to :func:`jaxkeras._engine.ahead.plan_batch_sizes`. Each signatu
 phase, dtype policy and feed shapes) counts its own calls and moves on its own: a shape first
 seen after others moved compiles quickly too, so a function called with a new shape each time
 (a decode one token longer per call) never waits for an optimized compile, and a shape
-called once never gets one. When a signature moves depends on the mode
+called once never gets one. Its later shapes (other than the batch sizes compiled ahead with
+its first) compile at LLVM's level 0 (:class:`Quick`), which is several times quicker to
+compile still. When a signature moves depends on the mode
 (:func:`set_tiered_compilation`, ``$JAXKERAS_TIERED_COMPILATION``):
 
 - ``"never_wait"`` (the default): at the first call after the optimized executable is
