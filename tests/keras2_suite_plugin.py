@@ -12,6 +12,11 @@ Loaded with ``-p keras2_suite_plugin`` and ``KERAS_BACKEND=jaxkeras`` by
 - Alarms: a test that fails while its own ``signal.setitimer`` alarm is armed (Keras's
   time-outs) would have it fire in a later test; each test's alarm and ``SIGALRM`` handler are
   undone after it.
+- Enqueuers: a test that fails may leave a Keras enqueuer running, its generator in
+  ``keras.utils.data_utils._SHARED_SEQUENCES``, which every later process pool pickles for its
+  workers (Keras's ``OrderedEnqueuer``), which a generator cannot be: that pool's thread dies
+  and its test waits forever. Each test's entries are dropped after it (an enqueuer that
+  stopped has dropped its own).
 - Session: Keras's ``tests/conftest.py`` clears the session after each test only on TensorFlow
   and CNTK; this plugin clears it on jaxkeras too, so no test leaks its learning phase or uids.
 - Backends: backend_test.py compares ``KTF`` (the TensorFlow backend module) with Keras's
@@ -108,6 +113,14 @@ def _no_alarm_outlives_its_test():
     if signal.getitimer(signal.ITIMER_REAL)[0]:
         signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, handler)
+
+
+@pytest.fixture(autouse=True)
+def _no_enqueuer_outlives_its_test():
+    yield
+    shared = getattr(sys.modules.get("keras.utils.data_utils"), "_SHARED_SEQUENCES", {})
+    for uid in list(shared):
+        shared[uid] = None
 
 
 @pytest.fixture(autouse=True)
