@@ -63,8 +63,10 @@ _FUNCTIONS: weakref.WeakSet = weakref.WeakSet()
 class _Input:
     """How one input of a function is fed: its placeholder, NumPy dtype and static shape."""
 
-    def __init__(self, tensor: Any, steps: int = 1) -> None:
+    def __init__(self, tensor: Any, steps: int = 1, reshaped: list[int] | None = None) -> None:
         self.tensor = tensor
+        # counts the calls at which a feed's shape changed (shared by a function's inputs)
+        self._reshaped = [0] if reshaped is None else reshaped
         self.name = tensor.name
         self.dtype = np.dtype(tensor.dtype)
         # a multi-step function's feeds stack one value per step along a new first axis
@@ -108,6 +110,8 @@ class _Input:
                 f"feed for {self.name!r} has shape {tuple(shape)}, but {self.name!r} "
                 f"has shape {expected}"
             )
+        if shape != self._fits:
+            self._reshaped[0] += 1
         self._fits = shape
         return array
 
@@ -207,10 +211,16 @@ class Function:
                 "is fed none"
             )
         steps = self.steps_per_call
+        self._reshaped = [0]  # how often a feed's shape changed (see _compiled_for)
         self._feeders = [
-            None if isinstance(x, LearningPhase) else _Input(x, steps) for x in self.inputs
+            None if isinstance(x, LearningPhase) else _Input(x, steps, self._reshaped)
+            for x in self.inputs
         ]
         sparse_fed = [f.name for f in self._feeders if f is not None and f.sparse]
+        # the executable of the last call's signature once it moved, valid while no dense
+        # feed changes shape (a sparse feed's number of entries is not tracked: none then)
+        self._steady: tuple | None = None
+        self._shapes_tracked = not sparse_fed
         if steps > 1 and sparse_fed:
             raise ValueError(
                 f"function: steps_per_call={steps} stacks the feeds, which sparse inputs "
@@ -457,6 +467,7 @@ class Function:
         """Forgets every executable, and any optimized one still compiling."""
         self._compiled, self._ahead = {}, None
         self._quick, self._to_optimize, self._optimized = {}, {}, {}
+        self._steady = None
 
     def state(self) -> dict[str, jax.Array]:
         """Returns a copy of the current values of this function's variables, by name."""
@@ -558,27 +569,35 @@ class Function:
         """The executable for a call in ``phase`` (under the dtype policy in effect) on state
         ``args`` and ``feeds``: compiled by the first call, or waited for when it is one of the
         planned sizes compiling ahead, or its signature's optimized one (:meth:`_next_tier`)."""
-        key = _compile_key(phase)
+        policy = mixed_precision.global_policy()
+        steady, reshaped = self._steady, self._reshaped[0]
+        if steady is not None and steady[:3] == (reshaped, phase, policy):
+            return steady[3]  # (no feed changed shape since that signature's last call)
+        key = phase if policy.name == "float32" else (phase, policy.name)  # see _compile_key
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compile_first(key, (*args, *feeds))
         elif (ahead := self._ahead) is not None and ahead.wait(feeds):
             self._ahead = None  # (read into a local: readers run concurrently)
         if self._quick:
-            compiled = self._next_tier(key, compiled, args, feeds)
+            compiled = self._next_tier(key, compiled, args, feeds, (reshaped, phase, policy))
         return compiled
 
-    def _next_tier(self, key: Any, compiled: Any, args: tuple, feeds: list) -> Any:
+    def _next_tier(self, key: Any, compiled: Any, args: tuple, feeds: list, steady: tuple) -> Any:
         """Tiered compilation (:mod:`jaxkeras.tiers`), per signature (``key`` and the feeds'
         shapes): a new signature runs a quick executable (:meth:`jaxkeras.tiers.Quick.executable`:
         ``compiled`` for the first); the call that follows its ``CALLS_BEFORE_OPTIMIZING``
         calls starts its optimized compile in the background; a later call moves to it, when
         :meth:`jaxkeras.tiers.Upgrade.due` says. So a function called with a new shape each
-        time never compiles at the optimized options. Returns the executable to call."""
+        time never compiles at the optimized options. Returns the executable to call; one
+        a signature moved to is kept with ``steady`` (the count of shape changes, the phase
+        and the policy of this call) for the next calls of the same signature."""
         signature = (key, *map(_SHAPE, feeds))
         moved = self._optimized.get(signature)
         if moved is not None:
             executable, self._options = moved
+            if self._shapes_tracked:
+                self._steady = (*steady, executable)
             return executable
         upgrade = self._to_optimize.get(signature)
         if upgrade is None:
