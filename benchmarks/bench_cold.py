@@ -196,7 +196,7 @@ def side_in_process(side: str, name: str, steps: int, platforms: str | None = "c
     Raises:
         RuntimeError: the process failed (its error output's end in the message).
     """
-    ours = ROOT / ".venv" / "bin" / "python"
+    ours = Path(sys.executable)  # the interpreter running the benchmark (make bench PY=...)
     theirs = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
     python = ours if side == "jaxkeras" else theirs
     if not python.exists():

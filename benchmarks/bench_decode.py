@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -106,7 +107,7 @@ def main(quick: bool = False) -> list[Row]:
     Raises:
         AssertionError: the two sides decoded different tokens.
     """
-    ours_python = ROOT / ".venv" / "bin" / "python"
+    ours_python = Path(sys.executable)  # the interpreter running the benchmark
     theirs_python = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
     tokens = TOKENS // 2 if quick else TOKENS
     ours, theirs = [], []

@@ -189,7 +189,7 @@ def main(quick: bool = False) -> list[Row]:
     epochs, steps = (3, 2) if quick else (EPOCHS, 3)
     size = CONVLSTM_QUICK if quick else CONVLSTM_FULL
     home = os.environ.get("KERAS_HOME", str(ROOT / ".venv" / "kh"))
-    ours = ROOT / ".venv" / "bin" / "python"
+    ours = Path(sys.executable)  # the interpreter running the benchmark (make bench PY=...)
     theirs = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
     rounds = []  # (cold, warm, TF-Keras) results, the first round with every epoch
     for r in range(1 if quick else FIRST_EPOCH_ROUNDS):

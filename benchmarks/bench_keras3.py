@@ -106,7 +106,7 @@ def main(quick: bool = False) -> list[Row]:
         The rows of the results table (none when Keras 3's environment is missing).
     """
     steps = 30 if quick else 100
-    ours = ROOT / ".venv" / "bin" / "python"
+    ours = Path(sys.executable)  # the interpreter running the benchmark (make bench PY=...)
     theirs = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
     if not theirs.exists():
         print(f"keras3: {theirs} is missing (make bench creates it)", file=sys.stderr)

@@ -199,7 +199,7 @@ def compare(name: str, steps: int) -> dict:
     Raises:
         AssertionError: a check failed (the message names the model and the figures).
     """
-    ours_python = ROOT / ".venv" / "bin" / "python"
+    ours_python = Path(sys.executable)  # the interpreter running the benchmark
     theirs_python = Path(os.environ.get("BENCH_TF_PYTHON", ROOT / ".venv-bench" / "bin" / "python"))
     with tempfile.TemporaryDirectory() as folder:
         data = str(Path(folder) / f"{name}.npz")
