@@ -285,9 +285,9 @@ class Quick:
         for the first one and for the batch sizes compiled ahead with it (:attr:`planned`);
         for each later one (a function called with a shape it has not seen: a decode one
         token longer per call), LLVM's level 0, which compiles several times quicker
-        (``benchmarks/RESULTS.md``, "decode"): a shape seen once runs about as often as it is
-        compiled, and one called :data:`CALLS_BEFORE_OPTIMIZING` times gets the optimized
-        compile.
+        (``benchmarks/RESULTS.md``, "Design measurements (by hand)", "many shapes"): a shape
+        seen once runs about as often as it is compiled, and one called
+        :data:`CALLS_BEFORE_OPTIMIZING` times gets the optimized compile.
 
         Args:
             feeds: the signature's feeds.
