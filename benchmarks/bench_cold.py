@@ -103,10 +103,11 @@ def run_side(side: str, name: str, steps: int) -> dict:
 
     Returns:
         Seconds: ``import_s``, ``build_s``, ``first_s`` (the first train step), the later
-        steps' ``longest_s`` and steady ``steady_s`` (jaxkeras: the median step after its move
-        to the optimized tier, ``moved_at`` steps after the first, ``quick_s`` the median
-        before; else the median of the last half); for jaxkeras also JAX's ``trace_s``,
-        ``lower_s`` and ``compile_s`` during the first step.
+        steps' ``longest_s`` and steady ``steady_s`` (jaxkeras, given at least :data:`STEPS`
+        steps: on past its move to the optimized tier, ``moved_at`` steps after the first, the
+        median step after it, ``quick_s`` the median before; else the median of the last
+        half); for jaxkeras also JAX's ``trace_s``, ``lower_s`` and ``compile_s`` during the
+        first step.
     """
     started = time.perf_counter()
     keras = _keras(side)
@@ -137,7 +138,8 @@ def run_side(side: str, name: str, steps: int) -> dict:
     first = time.perf_counter() - start
     durations.pop("first_step")
     times, moved_at = [], None
-    while len(times) < steps or (side == "jaxkeras" and _running_on(model, moved_at, times)):
+    past_the_move = side == "jaxkeras" and steps >= STEPS  # (not the quick run's few steps)
+    while len(times) < steps or (past_the_move and _running_on(moved_at, times)):
         start = time.perf_counter()
         float(np.asarray(model.train_on_batch(x, y)).ravel()[0])
         times.append(time.perf_counter() - start)
@@ -163,7 +165,7 @@ def _moved(model) -> bool:
     return model.train_function.compiler_options == tiers.optimized_options()
 
 
-def _running_on(model, moved_at: int | None, times: list[float]) -> bool:
+def _running_on(moved_at: int | None, times: list[float]) -> bool:
     """Whether jaxkeras's steps go on: until :data:`AFTER_MOVE` steps after the move to the
     optimized tier, at most :data:`MOST_STEPS` in all."""
     if len(times) >= MOST_STEPS:
