@@ -99,9 +99,14 @@ def build(keras, name: str, side: str):
     kwargs = {"weights": None, "input_shape": (side_length, side_length, 3), "classes": CLASSES}
     if name == "MobileNet":
         kwargs["dropout"] = 0.0
-    ours = getattr(importlib.import_module(f"keras_applications.{module}"), builder)
     modules = {"backend": keras.backend, "layers": keras.layers, "models": keras.models}
     modules["utils"] = keras.utils
+
+    def ours(**arguments):  # (imported when called: TF-Keras's side may not need it)
+        return getattr(importlib.import_module(f"keras_applications.{module}"), builder)(
+            **arguments
+        )
+
     if side == "jaxkeras":
         if hasattr(keras.applications, builder) and module != "resnext":
             return getattr(keras.applications, builder)(**kwargs), "keras.applications"
