@@ -573,7 +573,7 @@ class Function:
         steady, reshaped = self._steady, self._reshaped[0]
         if steady is not None and steady[:3] == (reshaped, phase, policy):
             return steady[3]  # (no feed changed shape since that signature's last call)
-        key = phase if policy.name == "float32" else (phase, policy.name)  # see _compile_key
+        key = _compile_key(phase, policy)
         compiled = self._compiled.get(key)
         if compiled is None:
             compiled = self._compile_first(key, (*args, *feeds))
@@ -604,9 +604,8 @@ class Function:
             if (quick := self._quick.get(key)) is None:  # compiled with one tier
                 return compiled
             # (its first call, which compiles it, is not counted: as a function's first call)
-            upgrade = tiers.Upgrade(quick.run, quick.donated)
-            upgrade.quick = quick.executable(feeds[len(feeds) - len(self._feed_inputs) :])
-            upgrade = self._to_optimize.setdefault(signature, upgrade)
+            runs = quick.executable(feeds[len(feeds) - len(self._feed_inputs) :])
+            upgrade = self._to_optimize.setdefault(signature, tiers.Upgrade(quick, runs))
             executable, self._options = upgrade.quick
             return executable
         executable, self._options = upgrade.quick
@@ -747,10 +746,11 @@ _SEQUENCES = (list, tuple)
 _SHAPE = operator.attrgetter("shape")
 
 
-def _compile_key(phase: int) -> Any:
+def _compile_key(phase: int, policy: Any = None) -> Any:
     """What a compilation is for: the learning phase, with the dtype policy's name unless it
-    is float32's (a function compiles once per phase and policy)."""
-    name = mixed_precision.global_policy().name
+    is float32's (a function compiles once per phase and policy); ``policy`` defaults to the
+    one in effect."""
+    name = (policy or mixed_precision.global_policy()).name
     return phase if name == "float32" else (phase, name)
 
 

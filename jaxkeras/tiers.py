@@ -314,8 +314,9 @@ class Upgrade:
     compile, then the move.
 
     Args:
-        run: the traced function (the quick tier's ``jax.jit`` wraps the same).
-        donated: its donated argument indices.
+        tier: the program's quick tier (its traced function and donated arguments).
+        quick: the quick executable the signature runs until it moves, and its options
+            (:meth:`Quick.executable`).
 
     Attributes:
         countdown: calls left before the compile starts (the function counts it down; below
@@ -324,19 +325,18 @@ class Upgrade:
             when the program was compiled).
         jobs: the argument specs the compile is for, once started: the starting call's,
             then the other planned batch sizes' (:func:`jaxkeras._engine.ahead.planned_specs`).
-        quick: the quick executable the signature runs until it moves, and its options
-            (:meth:`Quick.executable`).
+        quick: the argument of that name.
     """
 
-    def __init__(self, run: Callable[..., Any], donated: tuple[int, ...]) -> None:
-        self._run = run
-        self._donated = donated
+    def __init__(self, tier: Quick, quick: tuple[Any, Any]) -> None:
+        self._run = tier.run
+        self._donated = tier.donated
+        self.quick = quick
         self.countdown = CALLS_BEFORE_OPTIMIZING
         self.reproducible = mode() == "reproducible"
         self._thread: threading.Thread | None = None
         self._jitted: Any = None
         self.jobs: list[tuple] = []
-        self.quick: tuple[Any, Any] = (None, None)
 
     @property
     def started(self) -> bool:
