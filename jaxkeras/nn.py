@@ -22,7 +22,7 @@ from jax import lax
 from jaxkeras._engine.graph import Node, OpTensor, Symbolic, dtype_of, op, standardize_dtype
 from jaxkeras._engine.graph.infer import broadcast_shapes
 from jaxkeras._ops.common import standard_result_type, widened
-from jaxkeras._xla.summation import correctly_rounded_mean, correctly_rounded_variance
+from jaxkeras._xla.summation import correctly_rounded_moments
 from jaxkeras.checks import (
     broadcastable,
     check_axis,
@@ -792,8 +792,7 @@ def batch_normalization(
 @op(name="normalize_batch_in_training", jit=("axes", "eps"))
 def _normalize_batch_in_training(x: Any, gamma: Any, beta: Any, axes: tuple, eps: float) -> Any:
     x = _float_array(x)
-    mean = correctly_rounded_mean(x, axis=axes, keepdims=True)
-    var = correctly_rounded_variance(x, axis=axes, keepdims=True)
+    mean, var = correctly_rounded_moments(x, axis=axes, keepdims=True)
 
     def kept_shape(p: Any) -> Any:
         return None if p is None else jnp.reshape(p, mean.shape)

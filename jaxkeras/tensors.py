@@ -74,6 +74,13 @@ def _shape_body(x: Any) -> np.ndarray:
     return np.asarray(x.shape, dtype=np.int32)
 
 
+def _shape_rule(x: Any) -> tuple | None:
+    """``K.shape``'s output: one int32 entry per dimension, known from the rank alone (shape
+    inference would otherwise run the body on a symbolic dimension, which NumPy refuses)."""
+    shape = graph.static_shape(x)
+    return None if shape is None else ((len(shape),), "int32")
+
+
 def shape(x: Any) -> Any:
     """Returns the shape of a tensor as an int32 tensor; its elements index: ``shape(x)[0]``.
 
@@ -87,7 +94,7 @@ def shape(x: Any) -> Any:
         A 1-D int32 tensor (an array for concrete ``x``).
     """
     # shape_of lets shape inference compute K.shape(x)[0] * 2 and the like
-    return graph.record(_shape_body, (x,), {}, name="shape", shape_of=x)
+    return graph.record(_shape_body, (x,), {}, name="shape", shape_of=x, shape_rule=_shape_rule)
 
 
 def int_shape(x: Any) -> tuple | None:

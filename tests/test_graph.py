@@ -503,6 +503,8 @@ RULED = [  # ops with shape rules: build from placeholders, concrete shapes, the
         [(2, 5, 3)] * 2,
         (2, 3),
     ),
+    (lambda p: K.shape(p((None, 3, 4))), [(2, 3, 4)], (3,)),
+    (lambda p: K.size(p((None, 4), "float16")), [(2, 4)], ()),
 ]
 
 
@@ -529,6 +531,26 @@ def test_shape_rules_give_what_running_the_op_gives(case, monkeypatch):
     assert node.dtype == concrete.dtype.name
     assert all(e is None or e == c for e, c in zip(expected, concrete.shape))
     assert len(expected) == concrete.ndim
+
+
+def test_packing_shape_entries_is_inferred_without_running(monkeypatch):
+    # Keras 2's BatchNormalization packs K.shape entries of an unknown batch for K.prod: a run
+    # of the pack on symbolic dimensions fails, and each failure costs JAX's traceback filtering
+    from jaxkeras._engine.graph import infer
+    from jaxkeras._ops import reduce
+
+    runs = []
+    real = infer._eval_shape
+    monkeypatch.setattr(infer, "_eval_shape", lambda *args: runs.append(args[0]) or real(*args))
+    SHAPE_CACHE.clear()
+    x = K.placeholder((None, 3, 4))
+    count = K.prod([K.shape(x)[0], K.shape(x)[1], 2])
+    listed = reduce._pack([K.shape(x)[2], 7])
+    assert reduce._pack.pure not in runs
+    assert (K.int_shape(count), K.dtype(count)) == ((), "int32")
+    assert (K.int_shape(listed), K.dtype(listed)) == ((2,), "int32")
+    assert K.function([x], [count])([np.zeros((5, 3, 4), "float32")])[0] == 30
+    np.testing.assert_array_equal(K.eval(reduce._pack([K.shape(K.zeros((2, 4)))[1], 7])), [4, 7])
 
 
 def test_a_bias_of_the_wrong_size_is_still_refused_when_built():

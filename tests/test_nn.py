@@ -690,6 +690,29 @@ def test_normalize_batch_in_training_none_params_and_gradient():
     )
 
 
+def test_normalize_batch_in_training_moments_and_their_gradient():
+    # the variance is taken from the mean with its gradient stopped, as tf.nn.moments takes it:
+    # the same moments bit for bit, and the same derivative (the stopped term is zero)
+    from jaxkeras._xla import summation
+
+    x = uniform((6, 2, 5), -3, 4)
+    mean, var = summation.correctly_rounded_moments(x, (0, 1))
+    np.testing.assert_array_equal(mean, summation.correctly_rounded_mean(x, (0, 1)))
+    np.testing.assert_array_equal(var, summation.correctly_rounded_variance(x, (0, 1)))
+    w = uniform((5,), 0.5, 2)
+    check_grad(
+        lambda t: (
+            K.normalize_batch_in_training(t, None, None, [0, 1])[2] * w
+            + K.normalize_batch_in_training(t, None, None, [0, 1])[1]
+        ),
+        lambda t: (
+            np_normalize_batch(t, None, None, [0, 1])[2] * w
+            + np_normalize_batch(t, None, None, [0, 1])[1]
+        ),
+        x,
+    )
+
+
 def test_normalize_batch_in_training_moments_are_tfs_quotients():
     # integer rows with integer means: sums and squared deviations are exact, so TF's moments
     # (sum / count, divided) are NumPy's float32 ones bit for bit; a multiplication by 1/3 is not

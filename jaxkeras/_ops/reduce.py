@@ -88,7 +88,23 @@ _any = op(_logical(jnp.any), name="any", jit=("axis", "keepdims"))
 _logsumexp = op(jax.nn.logsumexp, name="logsumexp", jit=("axis", "keepdims"))
 
 
-_pack = op(lambda values: jnp.asarray(values), name="pack")
+def _pack_rule(values: list) -> tuple | None:
+    """The shape and dtype of a list of scalars packed into a vector (``K.prod([K.shape(x)[0],
+    K.shape(x)[1]])``), as ``jnp.asarray`` makes it; ``None`` for anything else."""
+    kinds = []
+    for value in values:
+        if isinstance(value, Node):
+            if value._shape != () or value._sparse:
+                return None
+            kinds.append(np.dtype(value._dtype))
+        elif isinstance(value, (bool, int, float, np.number, np.bool_)):
+            kinds.append(value)
+        else:
+            return None
+    return (len(values),), jnp.result_type(*kinds)
+
+
+_pack = op(lambda values: jnp.asarray(values), name="pack", shape_rule=_pack_rule)
 
 
 def _reduce(reduction: Callable, x: TensorLike, axis: Axes, keepdims: bool) -> TensorLike:

@@ -556,7 +556,7 @@ def one_hot(indices: TensorLike, num_classes: int) -> TensorLike:
     return _one_hot(indices, check_int("one_hot", "num_classes", num_classes), floatx())
 
 
-@op(name="size")
+@op(name="size", shape_rule=lambda shape_vector: ((), "int32"))
 def _size(shape_vector: Any) -> Any:
     if not isinstance(shape_vector, jax.core.Tracer):  # a known shape: no eager compile
         return jax.device_put(np.prod(np.asarray(shape_vector), dtype=np.int32))

@@ -324,6 +324,34 @@ def correctly_rounded_variance(x: Any, axis: Any = None, keepdims: bool = False)
     return quotient(squares, count).astype(dtype)
 
 
+def correctly_rounded_moments(x: Any, axis: Any = None, keepdims: bool = False) -> tuple:
+    """:func:`correctly_rounded_mean` and :func:`correctly_rounded_variance` of ``x``, the mean
+    computed once: a batch normalization's statistics, as ``tf.nn.moments`` computes them.
+
+    As there, the variance's derivative does not go through the mean (the squared deviations
+    are taken from the mean with its gradient stopped): that path's term, ``-2/n`` times the
+    sum of the deviations, is zero, so the derivative is the same but for rounding, and the
+    train step's derivative has one reduction and one division fewer per normalization to
+    trace, lower and compile (XLA merges the two means of the forward pass either way).
+
+    Args:
+        x: an array or tracer.
+        axis: ``None``, an int or a tuple of axes.
+        keepdims: keep the reduced axes with size 1.
+
+    Returns:
+        ``(mean, variance)``, of ``x``'s float type.
+    """
+    wide, dtype = _widened(x)
+    count = count_of(wide, axis)
+    mean = quotient(jnp.sum(wide, axis, keepdims=True), count)
+    centered = wide - lax.stop_gradient(mean)
+    squares = jnp.sum(centered * centered, axis, keepdims=keepdims)
+    if not keepdims:
+        mean = jnp.squeeze(mean, axis)
+    return mean.astype(dtype), quotient(squares, count).astype(dtype)
+
+
 @jax.jit
 def _compensated_mean(x: Any) -> Any:
     # Divided inside the compiled function (one dispatch, as jnp.mean's), by quotient: XLA

@@ -351,6 +351,20 @@ def _from_rule(rule: ShapeRule, treedef, leaves) -> tuple[Any, list] | None:
     return jax.tree_util.tree_structure(0), [(shape, jnp.dtype(dtype).name, False)]
 
 
+def _known_from_rule(rule: ShapeRule, treedef, leaves) -> tuple[Any, list] | None:
+    """:func:`_from_rule`'s result where it knows every dimension: no run of the op can tell
+    more, so the runs (each a trace, and where symbolic dimensions fail, an exception that JAX
+    spends milliseconds filtering) are skipped; else ``None`` (the rule is asked again in its
+    place, where it may raise)."""
+    try:
+        result = _from_rule(rule, treedef, leaves)
+    except Exception:
+        return None
+    if result is None or result[1][0][0] is None or None in result[1][0][0]:
+        return None
+    return result
+
+
 def broadcast_shapes(*shapes: tuple | None) -> tuple | None:
     """NumPy broadcasting of static shapes with unknown (``None``) dimensions, as TensorFlow
     infers it: an unknown dimension against a known size above 1 is that size (it can only be
@@ -455,15 +469,17 @@ def infer_shapes(fn, treedef, leaves, seed, rule: ShapeRule | None = None) -> tu
         cached = SHAPE_CACHE.get(key)
         if cached is not None:
             return cached
-    out, statics = _per_dimension(fn, treedef, leaves, seed)
-    if out is not None:
-        result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
-    else:
-        result = None
-        if rule is not None and not any(isinstance(leaf, Node) and leaf._sparse for leaf in leaves):
-            result = _from_rule(rule, treedef, leaves)
-        if result is None:
-            result = _shared(fn, treedef, leaves, seed, statics)
+    dense = rule is not None and not any(isinstance(leaf, Node) and leaf._sparse for leaf in leaves)
+    result = _known_from_rule(rule, treedef, leaves) if dense else None
+    if result is None:
+        out, statics = _per_dimension(fn, treedef, leaves, seed)
+        if out is not None:
+            result = (jax.tree_util.tree_structure(out, is_leaf=is_bcoo), _dims_from(out))
+        else:
+            if dense:
+                result = _from_rule(rule, treedef, leaves)
+            if result is None:
+                result = _shared(fn, treedef, leaves, seed, statics)
     if key is not None:
         SHAPE_CACHE.put(key, result)
     return result
