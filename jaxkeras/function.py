@@ -440,7 +440,8 @@ class Function:
             options = tiers.quick_options(tiers.quick_level(jaxpr))
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if tiered:
-            self._quick[key] = tiers.Quick(run, donated, options, compiled)
+            warm_up = platform == "cpu" and not (self._calls_back or _calls_back(jaxpr.jaxpr))
+            self._quick[key] = tiers.Quick(run, donated, options, compiled, warm_up)
         self._compiled[key] = compiled
         self._options = options
         return compiled

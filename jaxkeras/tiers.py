@@ -59,6 +59,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxkeras._engine.ahead import batch_of, planned_specs
 from jaxkeras._engine.graph import DISTRIBUTION
@@ -265,6 +266,8 @@ class Quick:
         donated: its donated argument indices.
         options: the first signature's options (:func:`quick_options` at :func:`quick_level`).
         compiled: the ``jax.jit`` of ``run`` with ``options``.
+        warm_up: whether an optimized executable runs once in the background before the move
+            (:class:`Upgrade`): for a program on the CPU that calls no Python back.
 
     Attributes:
         planned: the other batch sizes ``compiled`` compiles ahead of their calls
@@ -272,9 +275,14 @@ class Quick:
     """
 
     def __init__(
-        self, run: Callable[..., Any], donated: tuple[int, ...], options: Any, compiled: Any
+        self,
+        run: Callable[..., Any],
+        donated: tuple[int, ...],
+        options: Any,
+        compiled: Any,
+        warm_up: bool = False,
     ) -> None:
-        self.run, self.donated = run, donated
+        self.run, self.donated, self.warm_up = run, donated, warm_up
         self._first = (compiled, options)
         self._later: tuple[Any, Any] | None = None
         self._signatures = 0
@@ -308,6 +316,25 @@ class Quick:
         return self._later
 
 
+def _run_once(compiled: Any, specs: tuple) -> None:
+    """Runs ``compiled`` once on zeros of ``specs``' shapes and dtypes, its results dropped.
+
+    An XLA:CPU executable's first run sets itself up (about 200 ms more than its later runs for
+    a ``keras.applications`` MobileNet's train step: ``benchmarks/RESULTS.md``, "Design
+    measurements (by hand)", "the move"), and a later run in another thread is as quick as
+    any: run here, in the background, that first run is not the training loop's first call on
+    the optimized tier. Not done for a weak-typed argument (zeros would not match it)."""
+    zeros = []
+    for spec in specs:
+        if isinstance(spec, np.ndarray):
+            zeros.append(np.zeros_like(spec))
+        elif spec.weak_type:
+            return
+        else:
+            zeros.append(jax.device_put(np.zeros(spec.shape, spec.dtype), spec.sharding))
+    jax.block_until_ready(compiled(*zeros))
+
+
 class Upgrade:
     """One compiled program's way to its optimized executable (per function, learning phase,
     dtype policy and the shapes of its feeds): a countdown of calls, then a background
@@ -331,6 +358,7 @@ class Upgrade:
     def __init__(self, tier: Quick, quick: tuple[Any, Any]) -> None:
         self._run = tier.run
         self._donated = tier.donated
+        self._warm_up = tier.warm_up
         self.quick = quick
         self.countdown = CALLS_BEFORE_OPTIMIZING
         self.reproducible = mode() == "reproducible"
@@ -358,13 +386,16 @@ class Upgrade:
             self._run, donate_argnums=self._donated, compiler_options=optimized_options()
         )
         where = DISTRIBUTION.current()  # the thread lowers in the caller's distribution scope
+        warm_up = self._warm_up
 
         def work() -> None:
             scope = contextlib.nullcontext() if where is None else DISTRIBUTION.scoped(where)
             try:
                 with scope:
                     for job in jobs:
-                        jitted.lower(*job).compile()
+                        compiled = jitted.lower(*job).compile()
+                        if warm_up:
+                            _run_once(compiled, job)
             except Exception:  # the quick tier stays; a call with these shapes raises it
                 return
             self._jitted = jitted

@@ -69,6 +69,39 @@ def test_a_later_call_runs_the_optimized_compile_without_tracing_again():
     assert f.trace_count == 1
 
 
+def test_the_optimized_executable_runs_once_before_the_move(monkeypatch):
+    # its first run (the set-up of an XLA:CPU executable) in the background, on zeros, so
+    # that the call which moves runs as quickly as the next; the store sees none of it
+    runs = []
+    real = tiers._run_once
+    monkeypatch.setattr(tiers, "_run_once", lambda c, specs: runs.append(specs) or real(c, specs))
+    f, ws = _train_step()
+    batch = _batch()
+    f(batch)
+    f(batch)  # starts the optimized compile
+    before = [K.get_value(w) for w in ws]
+    assert f.wait_optimized(timeout=120)
+    assert [spec.shape for spec in runs[0][-2:]] == [(16, 32), (16, 10)]
+    for w, value in zip(ws, before):
+        np.testing.assert_array_equal(K.get_value(w), value)
+    (loss,) = f(batch)
+    assert np.isfinite(loss) and f.compiler_options == tiers.optimized_options()
+
+
+def test_a_program_that_calls_python_back_is_not_run_before_its_calls(monkeypatch):
+    runs = []
+    monkeypatch.setattr(tiers, "_run_once", lambda c, specs: runs.append(specs))
+    x = K.placeholder((None, 4))
+    w = K.variable(np.ones((4, 2), "float32"))
+    told = K.print_tensor(K.dot(x, w), "y")  # a print each call: none from a run of jaxkeras's
+    f = K.function([x], [told], updates=[K.update_add(w, 0.1 * K.ones_like(w))])
+    value = np.ones((3, 4), "float32")
+    for _ in range(3):
+        f([value])
+    assert f.wait_optimized(timeout=120)
+    assert runs == [] and f.compiler_options == tiers.optimized_options()
+
+
 def test_both_tiers_compute_the_same_step():
     quick, ws = _train_step()
     start = [K.get_value(w) for w in ws]
