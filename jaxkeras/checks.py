@@ -33,6 +33,25 @@ PADDINGS = ("same", "valid")
 # numbers and flags
 
 
+def described(value: Any) -> str:
+    """A short description of ``value`` for an error message: an array's dtype and shape, a
+    list's or tuple's items so described, else the value's ``repr`` (cut to 80 characters).
+
+    Args:
+        value: anything.
+
+    Returns:
+        The description.
+    """
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(map(described, value[:8])) + (", ..." if len(value) > 8 else "")
+        return f"[{items}]" if isinstance(value, list) else f"({items})"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"{type(value).__name__} of dtype {value.dtype} and shape {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def check_int(fn: str, arg: str, value: Any, minimum: int | None = 0) -> int:
     """Returns ``value`` as an int after checking it is an integer ``>= minimum``.
 

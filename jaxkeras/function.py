@@ -49,6 +49,7 @@ from jaxkeras._engine.store import STORE, place_like, stored_layout, to_numpy
 from jaxkeras._ops.spatial import lowered_for
 from jaxkeras._xla import cpu_memory
 from jaxkeras._xla.options import compiler_options
+from jaxkeras.checks import described
 from jaxkeras.state import (
     Update,
     Variable,
@@ -528,7 +529,7 @@ class Function:
     def _count_error(self, inputs: Any) -> ValueError:
         return ValueError(
             f"function expects a list of {self._n_inputs} values "
-            f"(for {[x.name for x in self.inputs]}), got {inputs!r}"
+            f"(for {[x.name for x in self.inputs]}), got {described(inputs)}"
         )
 
     def lower(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
