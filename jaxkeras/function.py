@@ -408,7 +408,7 @@ class Function:
         while it runs shows only when its results are read (on CPU the call raises at once).
         Errors found while tracing change nothing. JAX reuses the trace looked at for
         callbacks and for the quick tier's LLVM level (for every compilation: the level depends
-        on the program's size and on where its work is, :func:`jaxkeras.tiers.quick_level`), so
+        on the program's size and on where its work is, :func:`jaxkeras.tiers.quick_plan`), so
         the graph is traced once per phase and input signature.
         """
         n_state, n_rng = self._layout.n_args, int(bool(self._random))
@@ -438,7 +438,8 @@ class Function:
         options = compiler_options()
         tiered = tiers.has_second_tier()
         if tiered:
-            options = tiers.quick_options(tiers.quick_level(jaxpr))
+            level, tiered = tiers.quick_plan(jaxpr)
+            options = tiers.quick_options(level)
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if tiered:
             warm_up = platform == "cpu" and not (self._calls_back or _calls_back(jaxpr.jaxpr))

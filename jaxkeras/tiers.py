@@ -4,12 +4,15 @@ On CPU, ``K.function`` compiles with options that make XLA compile quickly (its 
 emitters, a low LLVM optimization level, as many LLVM modules as cores; see
 :func:`jaxkeras._xla.options.compiler_options`), which costs some speed in the compiled fusions
 (``benchmarks/RESULTS.md``, "Design measurements (by hand)", "tiered compilation"). A large
-program whose work is mostly in convolutions and matrix products (:func:`quick_level`: a
-``keras.applications`` ResNet's or DenseNet's train step) compiles at LLVM's level 0, which
-takes a quarter of the time of level 1 there and runs about as fast, those being library
-calls that no level changes ("Design measurements (by hand)", "first step"); other programs
-at level 1, where level 0 would run XLA's own fusions several times slower (MobileNet's
-depthwise taps) or compiling takes well under a second anyway (small programs).
+program whose work is mostly in convolutions and matrix products (:func:`quick_plan`: a
+``keras.applications`` ResNet's or DenseNet's train step) compiles at LLVM's level 0, in
+about half the time of level 1 there, its products and convolutions being library calls that
+no level changes (its own fusions run slower until the optimized tier: DenseNet121's step
+1.8x); other programs at level 1, where level 0 would run XLA's own fusions several times
+slower (MobileNet's depthwise taps) or compiling takes well under a second anyway (small
+programs). A large program at level 1 keeps that compile, its only tier: compiled again at
+the optimized options, it took as long and ran as fast (MobileNet, MobileNetV2, Xception,
+NASNetMobile: "Design measurements (by hand)", "first step" and "the move").
 
 With tiered compilation (on by default), a function's first compile is the quick one; once it
 has been called :data:`CALLS_BEFORE_OPTIMIZING` times with the same feed shapes (so that a
@@ -84,12 +87,14 @@ quick compile before the optimized one starts compiling (and, in the ``"reproduc
 mode, how many more before the function moves to it)."""
 LARGE_PROGRAM = 3000
 """The number of operations (JAX equations, counted into loop bodies and calls) from which a
-program's quick compile may be at LLVM's level 0 instead of 1 (:func:`quick_level`)."""
+program's quick compile may be at LLVM's level 0 instead of 1, and from which one at level 1
+has no optimized tier (:func:`quick_plan`)."""
 FUSED_PER_FLOP = 0.2
 """The most elements of XLA's own operations per floating-point operation of matrix products
 and convolutions for which a large program's quick compile is at LLVM's level 0: DenseNet121's
-train step has 0.10 and runs as fast at level 0, MobileNet's 0.36 and runs about 2x slower
-(``benchmarks/RESULTS.md``, "Design measurements (by hand)", "first step")."""
+train step has 0.10 (at level 0 its step takes 1.8x the optimized tier's, until it moves),
+MobileNet's 0.36 (at level 0 its step took about 2x level 1's: ``benchmarks/RESULTS.md``,
+"Design measurements (by hand)", "first step")."""
 MODES = ("never_wait", "reproducible")
 """The modes of tiered compilation: when a function moves to its optimized executable."""
 _SWITCH: list[str | None] = [None]  # None: as the environment says
@@ -199,11 +204,7 @@ def _measure(jaxpr: Any, totals: list, times: int = 1) -> None:
 
 
 def quick_level(jaxpr: Any) -> int:
-    """LLVM's optimization level for the quick compile of ``jaxpr``: 0 for a large program
-    (:data:`LARGE_PROGRAM` operations) whose work is mostly in matrix products and
-    convolutions (at most :data:`FUSED_PER_FLOP` elements of XLA's own operations per
-    floating-point operation of those), where level 0 compiles in a fraction of the time and
-    runs about as fast; else 1.
+    """LLVM's optimization level for the quick compile of ``jaxpr`` (:func:`quick_plan`).
 
     Args:
         jaxpr: the traced program.
@@ -211,11 +212,34 @@ def quick_level(jaxpr: Any) -> int:
     Returns:
         0 or 1.
     """
+    return quick_plan(jaxpr)[0]
+
+
+def quick_plan(jaxpr: Any) -> tuple[int, bool]:
+    """How ``jaxpr`` is compiled: LLVM's level for its quick compile, and whether an optimized
+    compile follows.
+
+    A large program (:data:`LARGE_PROGRAM` operations) whose work is mostly in matrix products
+    and convolutions (at most :data:`FUSED_PER_FLOP` elements of XLA's own operations per
+    floating-point operation of those) compiles at level 0, in about half the time of level
+    1; the optimized tier follows, as for a small program (whose optimized compile is quick,
+    and whose fusions run faster after it). Another large program compiles at level 1 and
+    keeps that compile: the optimized one would take as long again, on the cores training
+    runs on, for no speed (measured by hand: ``benchmarks/RESULTS.md``, "Design measurements
+    (by hand)", "the move").
+
+    Args:
+        jaxpr: the traced program.
+
+    Returns:
+        ``(level, moves)``: 0 or 1, and whether the program gets an optimized tier.
+    """
     totals = [0, 0.0, 0.0]
     _measure(jaxpr, totals)
     equations, flops, elements = totals
     large = equations >= LARGE_PROGRAM
-    return 0 if large and elements <= FUSED_PER_FLOP * flops else 1
+    level = 0 if large and elements <= FUSED_PER_FLOP * flops else 1
+    return level, not large or level == 0
 
 
 def quick_options(level: int) -> dict[str, Any] | None:

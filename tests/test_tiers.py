@@ -368,3 +368,27 @@ def test_the_quick_level_follows_where_a_large_programs_work_is(monkeypatch):
     assert tiers.quick_level(elementwise) == 1
     monkeypatch.setattr(tiers, "LARGE_PROGRAM", 10**6)
     assert tiers.quick_level(products) == 1  # small programs keep level 1
+
+
+def test_which_programs_get_an_optimized_tier(monkeypatch):
+    # small ones and large ones at level 0; a large one at level 1 keeps its one compile
+    a = np.ones((64, 64), "float32")
+    products = jax.make_jaxpr(lambda a: jax.nn.relu(a @ a @ a))(a)
+    elementwise = jax.make_jaxpr(lambda a: jax.numpy.tanh(a * 2 + 1) * a)(a)
+    assert tiers.quick_plan(products) == tiers.quick_plan(elementwise) == (1, True)
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
+    assert tiers.quick_plan(products) == (0, True)
+    assert tiers.quick_plan(elementwise) == (1, False)
+
+
+def test_a_large_program_at_level_one_has_one_tier(monkeypatch):
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
+    monkeypatch.setattr(tiers, "FUSED_PER_FLOP", 0.0)  # as if its work were XLA's own fusions
+    f, _ = _train_step()
+    batch = _batch()
+    for _ in range(4):
+        f(batch)
+    assert not f.wait_optimized(timeout=120)
+    assert f.compiler_options == xla_options.compiler_options()
+    assert f._to_optimize == {} and f.trace_count == 1
+    assert all(t.name != "jaxkeras-optimized-compile" for t in threading.enumerate())
