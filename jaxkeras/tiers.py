@@ -7,16 +7,18 @@ emitters, a low LLVM optimization level, as many LLVM modules as cores; see
 program whose work is mostly in convolutions and matrix products (:func:`quick_plan`: a
 ``keras.applications`` ResNet's or DenseNet's train step) compiles at LLVM's level 0, in
 about half the time of level 1 there, its products and convolutions being library calls that
-no level changes (its own fusions run slower until the optimized tier: DenseNet121's step
-1.8x); other programs at level 1, where level 0 would run XLA's own fusions several times
-slower (MobileNet's depthwise taps) or compiling takes well under a second anyway (small
-programs). A large program at level 1 keeps that compile, its only tier: compiled again at
-the optimized options, it took as long and ran as fast (MobileNet, MobileNetV2, Xception,
-NASNetMobile: "Design measurements (by hand)", "first step" and "the move").
+no level changes (its own fusions run unoptimized, several times slower, until the optimized
+tier: DenseNet121's step 1.8x, ResNet50V2's 10x); other programs at level 1, where level 0
+would run XLA's own fusions several times slower (MobileNet's depthwise taps) or compiling
+takes well under a second anyway (small programs). A large program at level 1 keeps that
+compile, its only tier: compiled again at the optimized options, it took as long and ran as
+fast (MobileNet, MobileNetV2, NASNetMobile: "Design measurements (by hand)", "first step"
+and "the move").
 
 With tiered compilation (on by default), a function's first compile is the quick one; once it
 has been called :data:`CALLS_BEFORE_OPTIMIZING` times with the same feed shapes (so that a
-short run, a notebook cell, pays nothing more), a background thread compiles the same program
+short run, a notebook cell, pays nothing more; at its second call where the quick compile is
+at level 0, whose steps are the slower), a background thread compiles the same program
 again with XLA's own fusion emitters, optimization level and module count (the options that
 choose kernels stay: :func:`optimized_options`), for those shapes and for the other batch
 sizes announced to :func:`jaxkeras._engine.ahead.plan_batch_sizes`. Each signature (learning
@@ -98,6 +100,7 @@ MobileNet's 0.36 (at level 0 its step took about 2x level 1's: ``benchmarks/RESU
 MODES = ("never_wait", "reproducible")
 """The modes of tiered compilation: when a function moves to its optimized executable."""
 _SWITCH: list[str | None] = [None]  # None: as the environment says
+_LEVEL_FLAG = options.CPU_LEVEL_FLAG
 # the options that only make compiling quicker: the optimized tier leaves them to XLA
 _QUICK_ONLY = (options.CPU_FUSION_FLAG, options.CPU_LEVEL_FLAG, options.CPU_SPLIT_FLAG)
 _OFF = "off"
@@ -203,18 +206,6 @@ def _measure(jaxpr: Any, totals: list, times: int = 1) -> None:
             totals[2] += times * max(out, read)
 
 
-def quick_level(jaxpr: Any) -> int:
-    """LLVM's optimization level for the quick compile of ``jaxpr`` (:func:`quick_plan`).
-
-    Args:
-        jaxpr: the traced program.
-
-    Returns:
-        0 or 1.
-    """
-    return quick_plan(jaxpr)[0]
-
-
 def quick_plan(jaxpr: Any) -> tuple[int, bool]:
     """How ``jaxpr`` is compiled: LLVM's level for its quick compile, and whether an optimized
     compile follows.
@@ -243,7 +234,7 @@ def quick_plan(jaxpr: Any) -> tuple[int, bool]:
 
 
 def quick_options(level: int) -> dict[str, Any] | None:
-    """The options of the quick tier at LLVM's ``level`` (:func:`quick_level`):
+    """The options of the quick tier at LLVM's ``level`` (:func:`quick_plan`):
     ``K.function``'s, the level changed unless ``XLA_FLAGS`` sets it.
 
     Args:
@@ -288,7 +279,8 @@ class Quick:
     Args:
         run: the traced function.
         donated: its donated argument indices.
-        options: the first signature's options (:func:`quick_options` at :func:`quick_level`).
+        options: the first signature's options (:func:`quick_options` at the level
+            :func:`quick_plan` chose).
         compiled: the ``jax.jit`` of ``run`` with ``options``.
         warm_up: whether an optimized executable runs once in the background before the move
             (:class:`Upgrade`): for a program on the CPU that calls no Python back.
@@ -296,6 +288,8 @@ class Quick:
     Attributes:
         planned: the other batch sizes ``compiled`` compiles ahead of their calls
             (:class:`jaxkeras._engine.ahead.Ahead`).
+        bridge: whether the first signature compiled at LLVM's level 0 (:func:`quick_plan`):
+            a bridge to the optimized tier, whose compile then starts at the second call.
     """
 
     def __init__(
@@ -308,9 +302,21 @@ class Quick:
     ) -> None:
         self.run, self.donated, self.warm_up = run, donated, warm_up
         self._first = (compiled, options)
+        self.bridge = (options or {}).get(_LEVEL_FLAG) == 0
         self._later: tuple[Any, Any] | None = None
         self._signatures = 0
         self.planned: frozenset[int] = frozenset()
+
+    def first(self, quick: tuple[Any, Any]) -> bool:
+        """Whether ``quick`` (from :meth:`executable`) is the first signature's executable.
+
+        Args:
+            quick: an executable and its options.
+
+        Returns:
+            ``True`` for the first signature's (and the batch sizes compiled ahead with it).
+        """
+        return quick is self._first
 
     def executable(self, feeds: Sequence[Any]) -> tuple[Any, Any]:
         """The quick executable of a new signature and its options: the first signature's
@@ -384,7 +390,10 @@ class Upgrade:
         self._donated = tier.donated
         self._warm_up = tier.warm_up
         self.quick = quick
-        self.countdown = CALLS_BEFORE_OPTIMIZING
+        # a level-0 first compile is a bridge: its steps run slower until the move (DenseNet121
+        # 1.8x, ResNet50V2 10x: benchmarks/RESULTS.md, "the move"), so the move comes early
+        bridge = tier.bridge and tier.first(quick)
+        self.countdown = 1 if bridge else CALLS_BEFORE_OPTIMIZING
         self.reproducible = mode() == "reproducible"
         self._thread: threading.Thread | None = None
         self._jitted: Any = None

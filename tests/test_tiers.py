@@ -364,10 +364,10 @@ def test_the_quick_level_follows_where_a_large_programs_work_is(monkeypatch):
     a, b = np.ones((64, 64), "float32"), np.ones((64, 64), "float32")
     products = jax.make_jaxpr(lambda a, b: jax.nn.relu(a @ b @ b))(a, b)  # 1M flops, 12k elements
     elementwise = jax.make_jaxpr(lambda a: jax.numpy.tanh(a * 2 + 1) * a)(a)
-    assert tiers.quick_level(products) == 0
-    assert tiers.quick_level(elementwise) == 1
+    assert tiers.quick_plan(products)[0] == 0
+    assert tiers.quick_plan(elementwise)[0] == 1
     monkeypatch.setattr(tiers, "LARGE_PROGRAM", 10**6)
-    assert tiers.quick_level(products) == 1  # small programs keep level 1
+    assert tiers.quick_plan(products)[0] == 1  # small programs keep level 1
 
 
 def test_which_programs_get_an_optimized_tier(monkeypatch):
@@ -379,6 +379,24 @@ def test_which_programs_get_an_optimized_tier(monkeypatch):
     monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
     assert tiers.quick_plan(products) == (0, True)
     assert tiers.quick_plan(elementwise) == (1, False)
+
+
+def test_a_level_zero_program_starts_its_optimized_compile_at_its_second_call(monkeypatch):
+    monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 5)
+    batch = _batch()
+    small, _ = _train_step()  # level 1: the usual countdown
+    small(batch)
+    small(batch)
+    assert not any(u.started for u in small._to_optimize.values())
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
+    monkeypatch.setattr(tiers, "FUSED_PER_FLOP", 1e9)  # as if its work were in matmuls
+    large, _ = _train_step()
+    large(batch)
+    assert large.compiler_options[xla_options.CPU_LEVEL_FLAG] == 0
+    large(batch)
+    assert [u.started for u in large._to_optimize.values()] == [True]
+    assert large.wait_optimized(timeout=120)
+    assert large.compiler_options == tiers.optimized_options()
 
 
 def test_a_large_program_at_level_one_has_one_tier(monkeypatch):
