@@ -432,17 +432,19 @@ class Function:
         if self.check_numerics:  # a failed check keeps the state as it was
             donated = ()
         jaxpr = jax.jit(run, donate_argnums=donated).trace(*args).jaxpr
-        if donated and _calls_back(jaxpr.jaxpr):
+        tiered = tiers.has_second_tier()
+        # (walked once, where donation or the optimized tier's first run needs to know)
+        calls_back = bool(donated or tiered) and _calls_back(jaxpr.jaxpr)
+        if donated and calls_back:
             donated = ()
             self._calls_back = True
         options = compiler_options()
-        tiered = tiers.has_second_tier()
         if tiered:
             level, tiered = tiers.quick_plan(jaxpr)
             options = tiers.quick_options(level)
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if tiered:
-            warm_up = platform == "cpu" and not (self._calls_back or _calls_back(jaxpr.jaxpr))
+            warm_up = platform == "cpu" and not calls_back
             self._quick[key] = tiers.Quick(run, donated, options, compiled, warm_up)
         self._compiled[key] = compiled
         self._options = options

@@ -317,11 +317,20 @@ def correctly_rounded_variance(x: Any, axis: Any = None, keepdims: bool = False)
     Returns:
         The variance, of ``x``'s float type.
     """
+    _, variance, dtype = _deviations(x, axis, keepdims, through_mean=True)
+    return variance.astype(dtype)
+
+
+def _deviations(x: Any, axis: Any, keepdims: bool, through_mean: bool) -> tuple:
+    """The mean of ``x`` over ``axis`` (reduced axes kept), the mean of the squared deviations
+    from it, both in the type a mean is computed in, and the result type; the deviations'
+    derivative goes through the mean unless ``through_mean`` is ``False``."""
     wide, dtype = _widened(x)
     count = count_of(wide, axis)
-    centered = wide - quotient(jnp.sum(wide, axis, keepdims=True), count)
+    mean = quotient(jnp.sum(wide, axis, keepdims=True), count)
+    centered = wide - (mean if through_mean else lax.stop_gradient(mean))
     squares = jnp.sum(centered * centered, axis, keepdims=keepdims)
-    return quotient(squares, count).astype(dtype)
+    return mean, quotient(squares, count), dtype
 
 
 def correctly_rounded_moments(x: Any, axis: Any = None, keepdims: bool = False) -> tuple:
@@ -342,14 +351,10 @@ def correctly_rounded_moments(x: Any, axis: Any = None, keepdims: bool = False) 
     Returns:
         ``(mean, variance)``, of ``x``'s float type.
     """
-    wide, dtype = _widened(x)
-    count = count_of(wide, axis)
-    mean = quotient(jnp.sum(wide, axis, keepdims=True), count)
-    centered = wide - lax.stop_gradient(mean)
-    squares = jnp.sum(centered * centered, axis, keepdims=keepdims)
+    mean, variance, dtype = _deviations(x, axis, keepdims, through_mean=False)
     if not keepdims:
         mean = jnp.squeeze(mean, axis)
-    return mean.astype(dtype), quotient(squares, count).astype(dtype)
+    return mean.astype(dtype), variance.astype(dtype)
 
 
 @jax.jit
