@@ -255,8 +255,9 @@ class Function:
         self._calls_back = False
         # tiered compilation (jaxkeras.tiers), per key and feed shapes (a signature): the
         # traced function, donation and quick options of each key compiled with a second
-        # tier; each signature's way to its optimized executable until a call takes it, then
-        # that executable and its options; the options of the executable run last
+        # tier; each signature's way to its optimized executable until a call takes it; then
+        # that executable and its options (or at once the quick ones, where they are final);
+        # the options of the executable run last
         self._quick: dict[Any, tiers.Quick] = {}
         self._to_optimize: dict[tuple, tiers.Upgrade] = {}
         self._optimized: dict[tuple, tuple[Any, Any]] = {}
@@ -440,12 +441,14 @@ class Function:
             self._calls_back = True
         options = compiler_options()
         if tiered:
-            level, tiered = tiers.quick_plan(jaxpr)
-            options = tiers.quick_options(level)
+            plan = tiers.quick_plan(jaxpr)
+            options = tiers.quick_options(plan.level)
+            tiered = plan.moves or plan.later
         compiled = jax.jit(run, donate_argnums=donated, compiler_options=options)
         if tiered:
             warm_up = platform == "cpu" and not calls_back
-            self._quick[key] = tiers.Quick(run, donated, options, compiled, warm_up)
+            quick = tiers.Quick(run, donated, options, compiled, warm_up, plan.moves)
+            self._quick[key] = quick
         self._compiled[key] = compiled
         self._options = options
         return compiled
@@ -591,8 +594,9 @@ class Function:
     def _next_tier(self, key: Any, compiled: Any, args: tuple, feeds: list, steady: tuple) -> Any:
         """Tiered compilation (:mod:`jaxkeras.tiers`), per signature (``key`` and the feeds'
         shapes): a new signature runs a quick executable (:meth:`jaxkeras.tiers.Quick.executable`:
-        ``compiled`` for the first); the call that follows its ``CALLS_BEFORE_OPTIMIZING``
-        calls starts its optimized compile in the background; a later call moves to it, when
+        ``compiled`` for the first, where it stays in the default mode); the call that
+        follows its ``CALLS_BEFORE_OPTIMIZING`` calls starts its optimized compile in the
+        background; a later call moves to it, when
         :meth:`jaxkeras.tiers.Upgrade.due` says. So a function called with a new shape each
         time never compiles at the optimized options. Returns the executable to call; one
         a signature moved to is kept with ``steady`` (the count of shape changes, the phase
@@ -610,6 +614,9 @@ class Function:
                 return compiled
             # (its first call, which compiles it, is not counted: as a function's first call)
             runs = quick.executable(feeds[len(feeds) - len(self._feed_inputs) :])
+            if quick.final(runs):  # compiled once: settled at once
+                executable, self._options = self._optimized.setdefault(signature, runs)
+                return executable
             upgrade = self._to_optimize.setdefault(signature, tiers.Upgrade(quick, runs))
             executable, self._options = upgrade.quick
             return executable
@@ -652,6 +659,12 @@ class Function:
             f"check_numerics: {label!r} (op {node.name!r}, inputs of shapes {shapes}) gave NaN "
             "or infinity; no variable was updated"
         )
+
+    @property
+    def settled(self) -> bool:
+        """Whether each signature called so far runs its last executable: none runs a quick
+        compile that an optimized one is to replace (:mod:`jaxkeras.tiers`)."""
+        return not self._to_optimize
 
     def wait_optimized(self, timeout: float | None = None) -> bool:
         """Waits for this function's optimized compiles in flight (:mod:`jaxkeras.tiers`) and

@@ -1,53 +1,52 @@
-"""Tiered compilation: a ``K.function`` starts on a quick compile and moves to an optimized one.
+"""Tiered compilation: when ``K.function`` compiles a program once, and when a quick compile
+comes first and an optimized one follows in the background.
 
 On CPU, ``K.function`` compiles with options that make XLA compile quickly (its classic fusion
-emitters, a low LLVM optimization level, as many LLVM modules as cores; see
-:func:`jaxkeras._xla.options.compiler_options`), which costs some speed in the compiled fusions
-(``benchmarks/RESULTS.md``, "Design measurements (by hand)", "tiered compilation"). A large
-program whose work is mostly in convolutions and matrix products (:func:`quick_plan`: a
-``keras.applications`` ResNet's or DenseNet's train step) compiles at LLVM's level 0, in
-about half the time of level 1 there, its products and convolutions being library calls that
-no level changes (its own fusions run unoptimized, several times slower, until the optimized
-tier: DenseNet121's step 1.8x, ResNet50V2's 10x); other programs at level 1, where level 0
-would run XLA's own fusions several times slower (MobileNet's depthwise taps) or compiling
-takes well under a second anyway (small programs). A large program at level 1 keeps that
-compile, its only tier: compiled again at the optimized options, it took as long and ran as
-fast (MobileNet, MobileNetV2, NASNetMobile: "Design measurements (by hand)", "first step"
-and "the move").
+emitters, LLVM's optimization level 1, as many LLVM modules as cores; see
+:func:`jaxkeras._xla.options.compiler_options`). Measured against XLA's own options, they
+compile as quickly or quicker and run as fast: the train steps of an MLP, the digits convnet
+and LSTM, a 12-conv residual net, Keras's cifar10 convnet, ``keras.applications`` MobileNet,
+MobileNetV2, NASNetMobile and DenseNet121 (``benchmarks/RESULTS.md``, "Design measurements
+(by hand)", "tiered compilation" and "the move"). A compile at LLVM's level 0 is several
+times quicker still, but its fusions run unoptimized (DenseNet121's step 1.8x, ResNet50V2's
+10x the optimized one's), so an executable at level 0 is a bridge: its signature moves to an
+optimized compile made in the background. While that compile runs, it shares the cores
+with training: on a 2-core machine a 90 us step took up to 5 ms, a DenseNet121 step up
+to 550 ms ("the move").
 
-With tiered compilation (on by default), a function's first compile is the quick one; once it
-has been called :data:`CALLS_BEFORE_OPTIMIZING` times with the same feed shapes (so that a
-short run, a notebook cell, pays nothing more; at its second call where the quick compile is
-at level 0, whose steps are the slower), a background thread compiles the same program
-again with XLA's own fusion emitters, optimization level and module count (the options that
-choose kernels stay: :func:`optimized_options`), for those shapes and for the other batch
-sizes announced to :func:`jaxkeras._engine.ahead.plan_batch_sizes`. Each signature (learning
-phase, dtype policy and feed shapes) counts its own calls and moves on its own: a shape first
-seen after others moved compiles quickly too, so a function called with a new shape each time
-(a decode one token longer per call) never waits for an optimized compile, and a shape
-called once never gets one. Its later shapes (other than the batch sizes compiled ahead with
-its first) compile at LLVM's level 0 (:class:`Quick`), which is several times quicker to
-compile still. When a signature moves depends on the mode
-(:func:`set_tiered_compilation`, ``$JAXKERAS_TIERED_COMPILATION``):
+So the modes (:func:`set_tiered_compilation`, ``$JAXKERAS_TIERED_COMPILATION``):
 
-- ``"never_wait"`` (the default): at the first call after the optimized executable is
-  ready. Training never stops for the compile; the call at which it moves depends on how
-  long the compile took, and the two tiers round differently in the last bits (LLVM's
-  levels contract multiply-adds differently, the fusion emitters vectorize differently), so
-  two runs of the same program agree to rounding, not bit for bit.
-- ``"reproducible"``: at a fixed call, :data:`CALLS_BEFORE_OPTIMIZING` calls after the compile
-  started, waiting for it there should it not be ready: the same numbers in every run, at
-  the price of that wait (a large model's optimized compile outlasts those calls on a small
-  machine).
-- off (``False``, ``"0"``): one tier, the quick compile at level 1, bit for bit the same in
+- ``"steady"`` (the default): a function's first signature (learning phase, dtype policy and
+  feed shapes) compiles once, at level 1, and keeps that executable: no step after the first
+  is slower than the steady step, and the same program computes the same bits in every run.
+  A shape first seen later (a decode one token longer per call) compiles at level 0, which is
+  several times quicker to compile (``"many shapes"``): a shape seen once runs about as often
+  as it is compiled, and one called :data:`CALLS_BEFORE_OPTIMIZING` times moves to an
+  optimized compile as in ``"never_wait"``. In a large program (:data:`LARGE_PROGRAM`), a
+  later shape compiles at level 1 too, and keeps it.
+- ``"never_wait"``: the quickest first step. A large program whose work is mostly in
+  convolutions and matrix products (:func:`quick_plan`: a ``keras.applications`` ResNet's or
+  DenseNet's train step) compiles its first signature at level 0, in about half the time of
+  level 1 on a small machine, and starts its optimized compile at its second call; a small
+  program at level 1, moving after :data:`CALLS_BEFORE_OPTIMIZING` calls. A signature moves at
+  the first call after its optimized executable is ready: training never stops for the
+  compile, but runs slower until the move, and the call at which it moves depends on how long
+  the compile took, so two runs agree to rounding, not bit for bit (the tiers round
+  differently in the last bits: LLVM's levels contract multiply-adds differently, the fusion
+  emitters vectorize differently). A large program at level 1 keeps its one compile.
+- ``"reproducible"``: as ``"never_wait"``, but a signature moves at a fixed call,
+  :data:`CALLS_BEFORE_OPTIMIZING` calls after its compile started, waiting for it there should
+  it not be ready: the same numbers in every run, at the price of that wait.
+- off (``False``, ``"0"``): every signature compiles once, at level 1, bit for bit the same in
   every run, also across a restart from a checkpoint (a new process counts its calls from 0,
-  so in the modes above it moves at another step than an uninterrupted run).
+  so in the modes that move, it moves at another step than an uninterrupted run).
 
-``f.wait_optimized()`` waits and moves at once in either mode. Nothing is traced again (JAX
-shares the trace between both compilations), and a failed background compile changes nothing
-(the quick executable stays). A persistent compilation cache, when one is enabled
-(:mod:`jaxkeras.process`), stores both, so a later process finds the optimized executable
-compiled when its turn comes.
+Before a move, the optimized executable runs once in the background on zeros (an XLA:CPU
+executable's first run sets it up), unless the program calls Python back. ``f.wait_optimized()``
+waits and moves at once. Nothing is traced again (JAX shares the trace between both
+compilations), and a failed background compile changes nothing (the quick executable stays).
+A persistent compilation cache, when one is enabled (:mod:`jaxkeras.process`), stores both,
+so a later process finds the optimized executable compiled when its turn comes.
 
 ``f.compiler_options`` names the options of the executable in use, so that
 ``jax.jit(f.pure, compiler_options=f.compiler_options)`` computes what ``f`` does, bit for bit.
@@ -61,7 +60,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -76,6 +75,7 @@ __all__ = [
     "ENV_VAR",
     "LARGE_PROGRAM",
     "MODES",
+    "Plan",
     "mode",
     "optimized_options",
     "set_tiered_compilation",
@@ -97,8 +97,9 @@ and convolutions for which a large program's quick compile is at LLVM's level 0:
 train step has 0.10 (at level 0 its step takes 1.8x the optimized tier's, until it moves),
 MobileNet's 0.36 (at level 0 its step took about 2x level 1's: ``benchmarks/RESULTS.md``,
 "Design measurements (by hand)", "first step")."""
-MODES = ("never_wait", "reproducible")
-"""The modes of tiered compilation: when a function moves to its optimized executable."""
+MODES = ("steady", "never_wait", "reproducible")
+"""The modes of tiered compilation (the default first): which executables move to an optimized
+compile, and when."""
 _SWITCH: list[str | None] = [None]  # None: as the environment says
 _LEVEL_FLAG = options.CPU_LEVEL_FLAG
 # the options that only make compiling quicker: the optimized tier leaves them to XLA
@@ -111,9 +112,12 @@ def set_tiered_compilation(on: bool | str) -> None:
     now on.
 
     Args:
-        on: ``True`` or ``"never_wait"`` (move to the optimized executable once it is ready),
-            ``"reproducible"`` (move at a fixed call, waiting for it there if need be), or
-            ``False`` (keep the quick compile).
+        on: ``True`` or ``"steady"`` (the default: a function's first signature compiles once;
+            a later shape compiles quickly, and moves to an optimized compile once it is
+            ready), ``"never_wait"`` (every signature starts on a quick compile, and moves once
+            the optimized one is ready), ``"reproducible"`` (as ``"never_wait"``, moving at a
+            fixed call, waiting for it there if need be), or ``False`` (every signature
+            compiles once).
 
     Raises:
         ValueError: for any other value.
@@ -130,11 +134,11 @@ def set_tiered_compilation(on: bool | str) -> None:
 
 def mode() -> str:
     """The mode of tiered compilation: :func:`set_tiered_compilation`'s, else
-    ``$JAXKERAS_TIERED_COMPILATION``'s (a yes or no word, or a mode's name; empty or unset:
-    ``"never_wait"``).
+    ``$JAXKERAS_TIERED_COMPILATION``'s (a yes or no word, or a mode's name; a yes word, empty
+    or unset: ``"steady"``).
 
     Returns:
-        ``"never_wait"``, ``"reproducible"`` or ``"off"``.
+        ``"steady"``, ``"never_wait"``, ``"reproducible"`` or ``"off"``.
 
     Raises:
         ValueError: naming the variable and its value when it is none of those.
@@ -151,7 +155,8 @@ def tiered() -> bool:
     """Whether tiered compilation is on (:func:`mode` is not ``"off"``).
 
     Returns:
-        ``True`` when a quick compile is followed by an optimized one.
+        ``True`` when some executables (a later shape's, in the default mode) are quick
+        compiles followed by an optimized one.
     """
     return mode() != _OFF
 
@@ -206,31 +211,48 @@ def _measure(jaxpr: Any, totals: list, times: int = 1) -> None:
             totals[2] += times * max(out, read)
 
 
-def quick_plan(jaxpr: Any) -> tuple[int, bool]:
-    """How ``jaxpr`` is compiled: LLVM's level for its quick compile, and whether an optimized
-    compile follows.
+class Plan(NamedTuple):
+    """How a program compiles (:func:`quick_plan`).
 
-    A large program (:data:`LARGE_PROGRAM` operations) whose work is mostly in matrix products
-    and convolutions (at most :data:`FUSED_PER_FLOP` elements of XLA's own operations per
-    floating-point operation of those) compiles at level 0, in about half the time of level
-    1; the optimized tier follows, as for a small program (whose optimized compile is quick,
-    and whose fusions run faster after it). Another large program compiles at level 1 and
-    keeps that compile: the optimized one would take as long again, on the cores training
-    runs on, for no speed (measured by hand: ``benchmarks/RESULTS.md``, "Design measurements
-    (by hand)", "the move").
+    Attributes:
+        level: LLVM's level of its first signature's compile (0 or 1).
+        moves: whether that signature moves to an optimized compile (a level-0 one does).
+        later: whether a shape seen later compiles at level 0, and moves.
+    """
+
+    level: int
+    moves: bool
+    later: bool
+
+
+def quick_plan(jaxpr: Any) -> Plan:
+    """How ``jaxpr`` is compiled in the :func:`mode` in effect (see the module's docstring).
+
+    In the ``"steady"`` mode, its first signature compiles once at level 1; a later shape of a
+    small program (under :data:`LARGE_PROGRAM` operations) at level 0, then moves. In the
+    ``"never_wait"`` and ``"reproducible"`` modes, a large program whose work is mostly in
+    matrix products and convolutions (at most :data:`FUSED_PER_FLOP` elements of XLA's own
+    operations per floating-point operation of those) compiles at level 0, in about half the
+    time of level 1, and moves, as a small program at level 1 does; another large program
+    compiles at level 1 and keeps that compile: the optimized one would take as long again,
+    on the cores training runs on, for no speed (measured by hand: ``benchmarks/RESULTS.md``,
+    "Design measurements (by hand)", "the move").
 
     Args:
         jaxpr: the traced program.
 
     Returns:
-        ``(level, moves)``: 0 or 1, and whether the program gets an optimized tier.
+        The :class:`Plan`.
     """
     totals = [0, 0.0, 0.0]
     _measure(jaxpr, totals)
     equations, flops, elements = totals
     large = equations >= LARGE_PROGRAM
+    if mode() == MODES[0]:
+        return Plan(1, False, not large)
     level = 0 if large and elements <= FUSED_PER_FLOP * flops else 1
-    return level, not large or level == 0
+    moves = not large or level == 0
+    return Plan(level, moves, moves)
 
 
 def quick_options(level: int) -> dict[str, Any] | None:
@@ -284,10 +306,13 @@ class Quick:
         compiled: the ``jax.jit`` of ``run`` with ``options``.
         warm_up: whether an optimized executable runs once in the background before the move
             (:class:`Upgrade`): for a program on the CPU that calls no Python back.
+        moves: whether the first signature moves to an optimized compile (:attr:`Plan.moves`);
+            the later ones do.
 
     Attributes:
         planned: the other batch sizes ``compiled`` compiles ahead of their calls
             (:class:`jaxkeras._engine.ahead.Ahead`).
+        moves: the argument of that name.
         bridge: whether the first signature compiled at LLVM's level 0 (:func:`quick_plan`):
             a bridge to the optimized tier, whose compile then starts at the second call.
     """
@@ -299,8 +324,9 @@ class Quick:
         options: Any,
         compiled: Any,
         warm_up: bool = False,
+        moves: bool = True,
     ) -> None:
-        self.run, self.donated, self.warm_up = run, donated, warm_up
+        self.run, self.donated, self.warm_up, self.moves = run, donated, warm_up, moves
         self._first = (compiled, options)
         self.bridge = (options or {}).get(_LEVEL_FLAG) == 0
         self._later: tuple[Any, Any] | None = None
@@ -317,6 +343,18 @@ class Quick:
             ``True`` for the first signature's (and the batch sizes compiled ahead with it).
         """
         return quick is self._first
+
+    def final(self, quick: tuple[Any, Any]) -> bool:
+        """Whether ``quick`` (from :meth:`executable`) stays its signature's executable: the
+        first signature's when it does not move.
+
+        Args:
+            quick: an executable and its options.
+
+        Returns:
+            ``True`` when no optimized compile follows it.
+        """
+        return not self.moves and quick is self._first
 
     def executable(self, feeds: Sequence[Any]) -> tuple[Any, Any]:
         """The quick executable of a new signature and its options: the first signature's

@@ -23,9 +23,9 @@ RNG = np.random.default_rng(0)
 @pytest.fixture(autouse=True)
 def _tiers_on(monkeypatch):
     monkeypatch.setattr(tiers, "CALLS_BEFORE_OPTIMIZING", 1)  # the second call starts it
-    tiers.set_tiered_compilation(True)
+    monkeypatch.setattr(tiers, "_SWITCH", [None])  # (the switch as it was, after the test)
+    tiers.set_tiered_compilation("never_wait")  # (the default mode moves no first signature)
     yield
-    tiers.set_tiered_compilation(True)
     for thread in threading.enumerate():  # no compile of this test's runs into the next one's
         if thread.name == "jaxkeras-optimized-compile":
             thread.join()
@@ -180,7 +180,7 @@ def test_a_shape_after_the_move_computes_what_one_tier_does(monkeypatch):
     start = [rng.normal(0, 0.2, s).astype("float32") for s in [(32, 64), (64, 10)]]
     batches = [_batch(size) for size in (16, 16, 16, 5, 9, 16, 5)]
     losses = {}
-    for setting in (True, False):
+    for setting in ("never_wait", False):
         tiers.set_tiered_compilation(setting)
         f, ws = _train_step()
         for w, value in zip(ws, start):
@@ -190,7 +190,7 @@ def test_a_shape_after_the_move_computes_what_one_tier_does(monkeypatch):
             losses[setting].append(f(batch)[0])
             if i == 2 and setting:
                 assert f.wait_optimized(timeout=120)  # 16 rows move; 5 and 9 come new
-    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
+    np.testing.assert_allclose(losses["never_wait"], losses[False], rtol=1e-5)
 
 
 def test_pure_with_the_options_in_use_is_the_call_bit_for_bit():
@@ -375,10 +375,10 @@ def test_which_programs_get_an_optimized_tier(monkeypatch):
     a = np.ones((64, 64), "float32")
     products = jax.make_jaxpr(lambda a: jax.nn.relu(a @ a @ a))(a)
     elementwise = jax.make_jaxpr(lambda a: jax.numpy.tanh(a * 2 + 1) * a)(a)
-    assert tiers.quick_plan(products) == tiers.quick_plan(elementwise) == (1, True)
+    assert tiers.quick_plan(products) == tiers.quick_plan(elementwise) == (1, True, True)
     monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
-    assert tiers.quick_plan(products) == (0, True)
-    assert tiers.quick_plan(elementwise) == (1, False)
+    assert tiers.quick_plan(products) == (0, True, True)
+    assert tiers.quick_plan(elementwise) == (1, False, False)
 
 
 def test_a_level_zero_program_starts_its_optimized_compile_at_its_second_call(monkeypatch):
@@ -410,3 +410,86 @@ def test_a_large_program_at_level_one_has_one_tier(monkeypatch):
     assert f.compiler_options == xla_options.compiler_options()
     assert f._to_optimize == {} and f.trace_count == 1
     assert all(t.name != "jaxkeras-optimized-compile" for t in threading.enumerate())
+
+
+@pytest.fixture
+def default_mode(monkeypatch):
+    monkeypatch.setattr(tiers, "_SWITCH", [None])
+    monkeypatch.delenv(tiers.ENV_VAR, raising=False)
+    assert tiers.mode() == "steady"
+
+
+@pytest.mark.parametrize(
+    ("said", "means"),
+    [
+        ("", "steady"),
+        ("yes", "steady"),
+        ("steady", "steady"),
+        ("never_wait", "never_wait"),
+        ("no", "off"),
+    ],
+)
+def test_the_environment_picks_the_mode(monkeypatch, said, means):
+    monkeypatch.setattr(tiers, "_SWITCH", [None])
+    monkeypatch.setenv(tiers.ENV_VAR, said)
+    assert tiers.mode() == means
+    tiers.set_tiered_compilation(True)
+    assert tiers.mode() == "steady"
+
+
+def test_the_default_mode_compiles_a_first_signature_once(default_mode):
+    f, _ = _train_step()
+    batch = _batch()
+    with compile_threads() as compiles:
+        for _ in range(6):  # far past the call that would start an optimized compile
+            f(batch)
+        assert len(compiles) == 1
+    assert f.compiler_options == xla_options.compiler_options()
+    assert f._to_optimize == {} and not f.wait_optimized(timeout=0)
+    assert all(t.name != "jaxkeras-optimized-compile" for t in threading.enumerate())
+    assert f.trace_count == 1
+
+
+def test_default_runs_are_the_same_bit_for_bit_and_as_one_tier(default_mode):
+    first, first_ws, _ = _run_losses(12)
+    second, second_ws, _ = _run_losses(12)
+    tiers.set_tiered_compilation(False)
+    plain, plain_ws, _ = _run_losses(12)
+    assert first.tobytes() == second.tobytes() == plain.tobytes()
+    for a, b, c in zip(first_ws, second_ws, plain_ws):
+        assert a.tobytes() == b.tobytes() == c.tobytes()
+
+
+def test_in_the_default_mode_a_later_shape_compiles_at_level_zero_then_moves(default_mode):
+    f, _ = _train_step()
+    quick = xla_options.compiler_options()
+    for _ in range(3):
+        f(_batch(16))
+    f(_batch(7))  # a shape seen later: a quick compile at level 0 ...
+    assert f.compiler_options == {**quick, xla_options.CPU_LEVEL_FLAG: 0}
+    f(_batch(7))  # ... whose optimized compile starts at its next call
+    assert f.wait_optimized(timeout=120)
+    f(_batch(7))
+    assert f.compiler_options == tiers.optimized_options() != quick
+    f(_batch(16))  # the first shape stays on its one compile
+    assert f.compiler_options == quick
+    assert f.trace_count == 2
+
+
+def test_in_the_default_mode_a_large_program_compiles_every_shape_once(default_mode, monkeypatch):
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
+    monkeypatch.setattr(tiers, "FUSED_PER_FLOP", 1e9)  # as if its work were in matmuls
+    f, _ = _train_step()
+    for size in (16, 16, 7, 7, 7):
+        f(_batch(size))
+        assert f.compiler_options == xla_options.compiler_options()  # level 1, no bridge
+    assert f._quick == {} and f._to_optimize == {}
+
+
+def test_the_default_plan(default_mode, monkeypatch):
+    a = np.ones((64, 64), "float32")
+    products = jax.make_jaxpr(lambda a: jax.nn.relu(a @ a @ a))(a)
+    elementwise = jax.make_jaxpr(lambda a: jax.numpy.tanh(a * 2 + 1) * a)(a)
+    assert tiers.quick_plan(products) == tiers.quick_plan(elementwise) == (1, False, True)
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
+    assert tiers.quick_plan(products) == tiers.quick_plan(elementwise) == (1, False, False)
