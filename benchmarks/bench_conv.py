@@ -135,9 +135,10 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
     Few output filters (``'taps'``): from more input channels (where ``'auto'`` picks it on
     CPU) and from fewer (where it does not). And pointwise (1x1) convolutions, a ResNet
     bottleneck's and a MobileNetV2 projection's, where ``'auto'`` picks im2col (one matmul)
-    on CPU. And 3x3 convolutions of images no larger than the window, VGG16's last stage on
-    32x32 inputs (2x2) and ResNet's (1x1), where ``'auto'`` picks im2col too, and of a 4x4
-    image, just above that rule."""
+    on CPU. And 3x3 convolutions of small images, VGG16's last stage on 32x32 inputs (2x2),
+    ResNet's (1x1) and ResNet50V2's padded 4x4 ('valid': a 2x2 output), where ``'auto'``
+    picks im2col too (outputs no larger than the window), and 4x4 and 8x8 ones ('same'),
+    above that rule."""
     cases = [
         ("conv1d 128x100x32->64 k3", K.conv1d, (BATCH, 100, 32), (3, 32, 64)),
         ("conv3d 8x16x16x16x8->16 k3", K.conv3d, (8, 16, 16, 16, 8), (3, 3, 3, 8, 16)),
@@ -151,14 +152,17 @@ def other_rank_rows(repeats: int, rng: np.random.Generator) -> list:
         ("conv2d 16x2x2x512->512 k3", K.conv2d, (16, 2, 2, 512), (3, 3, 512, 512)),
         ("conv2d 16x1x1x512->512 k3", K.conv2d, (16, 1, 1, 512), (3, 3, 512, 512)),
         ("conv2d 16x4x4x512->512 k3", K.conv2d, (16, 4, 4, 512), (3, 3, 512, 512)),
+        ("conv2d 16x4x4x256->256 k3", K.conv2d, (16, 4, 4, 256), (3, 3, 256, 256), "valid"),
+        ("conv2d 16x8x8x256->256 k3", K.conv2d, (16, 8, 8, 256), (3, 3, 256, 256)),
     ]
     rows = []
-    for label, op, x_shape, k_shape in cases:
+    for label, op, x_shape, k_shape, *padding in cases:
+        padding = padding[0] if padding else "same"
         args = (normal(rng, *x_shape), normal(rng, *k_shape, scale=0.1))
         many = k_shape[-1] >= conv_lowering.FEW_FILTERS
         lowerings = ("lax", "im2col", "lax_im2col") if many else conv_lowering.LOWERINGS
-        fns = {low: functools.partial(op, padding="same", lowering=low) for low in lowerings}
-        rows += compare(f"{label} same", fns, args, repeats, rng)
+        fns = {low: functools.partial(op, padding=padding, lowering=low) for low in lowerings}
+        rows += compare(f"{label} {padding}", fns, args, repeats, rng)
     return rows
 
 

@@ -68,6 +68,16 @@ def _pads_for(x, kernel, strides, padding, dilation, data_format):
     return window_pads(sizes, kernel.shape[:n], strides, dilation, padding)
 
 
+def _positions(x, kernel, strides, pads, dilation, data_format):
+    """The output's spatial sizes."""
+    n = kernel.ndim - 2
+    sizes = spatial_sizes(x.shape, n, data_format)
+    return [
+        output_size(size + lo + hi, k, s, d, "valid")
+        for size, (lo, hi), k, s, d in zip(sizes, pads, kernel.shape[:n], strides, dilation)
+    ]
+
+
 def _conv_splits(x, kernel, strides, padding, dilation, data_format, lowering):
     """Output filters are the kernel's last axis: the output's channel axis."""
     return 1, -1, (1 if data_format == "channels_first" else -1)
@@ -92,7 +102,7 @@ def _conv(x, kernel, strides, padding, dilation, data_format, lowering):
             kernel.shape[-1],
             kernel.shape[-2],
             kernel.shape[:-2],
-            spatial_sizes(x.shape, kernel.ndim - 2, data_format),
+            _positions(x, kernel, strides, pads, dilation, data_format),
         ),
         (x, kernel),
         strides,

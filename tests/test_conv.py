@@ -134,10 +134,13 @@ def test_conv_lowering_policy():
         assert conv_lowering.conv_lowering("cpu", n, 64, 64, (1,) * n) == "im2col"
     assert conv_lowering.conv_lowering("cpu", 2, 64, 64, (1, 3)) == "lax"
     assert conv_lowering.conv_lowering("cuda", 2, 64, 64, (1, 1)) == "lax"
-    # images no larger than the window (VGG16's last stage on 32x32 inputs): one matmul
+    # outputs no larger than the window (VGG16's and ResNet50V2's last stages on 32x32
+    # inputs): one matmul
     tiny = [conv_lowering.conv_lowering("cpu", 2, 512, 512, (3, 3), (s, s)) for s in (1, 2, 3, 4)]
     assert tiny == ["im2col", "im2col", "im2col", "lax"]
     assert conv_lowering.conv_lowering("cpu", 1, 64, 64, (3,), (3,)) == "im2col"
+    assert conv_lowering.conv_lowering("cpu", 1, 64, 64, (3,), (4,)) == "lax"
+    assert conv_lowering.conv_lowering("cpu", 2, 160, 160, (1, 7), (3, 3)) == "lax"
     assert conv_lowering.conv_lowering("cuda", 2, 512, 512, (3, 3), (2, 2)) == "lax"
     platforms = ("cuda", "rocm", "tpu")
     choices = {

@@ -56,13 +56,20 @@ FEW_FILTERS = 8
 when they have as few input channels; see :func:`conv_lowering`)."""
 
 
+FEW_POSITIONS = 1
+"""Convolutions whose output has at most this many positions per offset of the kernel's window
+use the ``'im2col'`` lowering on CPU (see :func:`conv_lowering`); at 2, InceptionV3's 1x7 and
+5x5 convolutions over 3x3 and 7x7 images took it too, and its step and compile took 3-5% and
+10% longer (measured by hand, 2026-12-07)."""
+
+
 def conv_lowering(
     platform: str,
     n: int,
     filters: int | None = None,
     in_channels: int | None = None,
     window: Sequence[int] | None = None,
-    spatial: Sequence[int] | None = None,
+    positions: Sequence[int] | None = None,
 ) -> str:
     """The lowering ``lowering='auto'`` uses for an ``n``-D convolution on ``platform``.
 
@@ -74,13 +81,16 @@ def conv_lowering(
       kernel gradient as a convolution over the batch (rows "conv2d 8x56x56x64->256 k1" and
       "conv2d 16x8x8x144->32 k1", a ResNet bottleneck's and a MobileNetV2 projection's; no
       upstream issue found, checked 2026-11-27).
-    - images no larger than the kernel's window (3x3 or smaller under a 3x3 kernel, as in
-      VGG16's and ResNet's last stages on 32x32 inputs): ``'im2col'``. XLA:CPU's own
-      convolution there, forward and gradients, is many times slower than one matmul over
-      the patches, most of whose entries are padding (rows "conv2d 16x2x2x512->512 k3" and
-      "conv2d 16x1x1x512->512 k3"; at 4x4, above the rule, "conv2d 16x4x4x512->512 k3").
-      The closest upstream report is openxla/xla#34273 (XLA's choice of convolution against
-      PyTorch's); none found for these sizes (checked 2026-11-27).
+    - outputs of at most :data:`FEW_POSITIONS` positions per window offset (3x3 or fewer
+      under a 3x3 kernel, as in VGG16's, ResNet's and ResNet50V2's last stages on 32x32
+      inputs): ``'im2col'``, whose patches are then no larger than the kernel's window
+      times the output. XLA:CPU's own convolution there, forward and gradients, is many
+      times slower than one matmul over the patches (rows "conv2d 16x2x2x512->512 k3",
+      "conv2d 16x1x1x512->512 k3" and ResNet50V2's padded "conv2d 16x4x4x256->256 k3
+      valid", a 2x2 output; its whole train step 3x as long). Above the rule, "conv2d
+      16x4x4x512->512 k3 same" and "conv2d 16x8x8x256->256 k3 same". The closest upstream
+      report is openxla/xla#34273 (XLA's choice of convolution against PyTorch's); none found
+      for these sizes (checked 2026-12-07).
     - few output filters (< ``FEW_FILTERS``) from more input channels: ``'taps'``, which
       copies only ``k^n * filters`` channels and whose gradients are matmuls, where XLA's
       kernel gradient is not (the conv_lstm example's 40 -> 1 Conv3D: row "``K.conv3d``
@@ -105,7 +115,7 @@ def conv_lowering(
         filters: the number of output filters; ``None`` means many.
         in_channels: the number of input channels; ``None`` means many.
         window: the kernel's spatial sizes; ``None`` means larger than 1x1.
-        spatial: the input's spatial sizes; ``None`` means larger than the window.
+        positions: the output's spatial sizes; ``None`` means many.
 
     Returns:
         ``'taps'``, ``'im2col'`` or ``'lax'``.
@@ -114,8 +124,9 @@ def conv_lowering(
         return "lax"
     if window is not None and all(size == 1 for size in window):
         return "im2col"  # pointwise: a reshape and one matmul, whose gradients are matmuls
-    if window is not None and spatial is not None and math.prod(spatial) <= math.prod(window):
-        return "im2col"  # an image no larger than the window: mostly padding
+    few = None if window is None else FEW_POSITIONS * math.prod(window)
+    if few is not None and positions is not None and math.prod(positions) <= few:
+        return "im2col"  # a small output: patches at most FEW_POSITIONS windows large
     if filters is not None and filters < FEW_FILTERS:
         return "taps" if in_channels is None or in_channels > filters else "im2col"
     return "im2col" if n == 3 else "lax"
