@@ -38,6 +38,7 @@ MODULES = [
     "bench_zoo",
     "bench_cold",
     "bench_decode",
+    "bench_demo",
     "bench_mixed",
     "bench_multistep",
     "bench_checkpoint",

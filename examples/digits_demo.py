@@ -3,12 +3,14 @@
 Both models are built the Keras-2 way (placeholders, variables, K.gradients, K.function with
 updates) and compiled by JAX. Each epoch prints a progress line; at the end a table shows, for
 each model, the test accuracy, the time to the first step and the steady-state step, next to
-the same SGD step hand-written in JAX and measured the same way (and TF-Keras's, where
+the same SGD step hand-written in JAX and measured the same way, its epochs alternating with
+jaxkeras's so that the machine's drift falls on both (and TF-Keras's, where
 ``tf_keras`` is installed: in this interpreter, or in ``.venv-bench`` as ``make bench`` makes
 it). Figures measured on this machine, each run; ``benchmarks/RESULTS.md`` has the reference
 rows ("digits demo" rows).
 
-Run ``python examples/digits_demo.py [--epochs N]``.
+Run ``python examples/digits_demo.py [--epochs N] [--json]`` (``--json``: one JSON line of
+every side's figures last, for ``benchmarks/bench_demo.py``).
 """
 
 from __future__ import annotations
@@ -83,17 +85,35 @@ class Timing:
 
     def summary(self) -> dict:
         """The first step (build, compile and run), the median of the last half of the steps
-        (the steady state) and the longest step after the first."""
-        later = self.steps[1:]
+        (the steady state), the longest step after the first, and the time the steps after
+        the first spent beyond twice the steady step ("lost": a stall shows there)."""
+        later = np.asarray(self.steps[1:])
+        steady = float(np.median(later[len(later) // 2 :]))
         return {
             "first": self.steps[0],
-            "steady": float(np.median(later[len(later) // 2 :])),
-            "longest": max(later),
+            "steady": steady,
+            "longest": float(later.max()),
+            "lost": float(np.maximum(later - 2 * steady, 0).sum()),
         }
 
 
+def alternately(*runs):
+    """Runs generators (one training run each, yielding after every epoch) an epoch at a time
+    in turn, so that the machine's drift falls on each alike; returns their return values."""
+    results = {}
+    while len(results) < len(runs):
+        for i, run in enumerate(runs):
+            if i not in results:
+                try:
+                    next(run)
+                except StopIteration as done:
+                    results[i] = done.value
+    return [results[i] for i in range(len(runs))]
+
+
 def train_jaxkeras(name, sizes, data, epochs):
-    """Trains one model with SGD through K.function; returns (test accuracy, timing summary)."""
+    """Trains one model with SGD through K.function, yielding after each epoch; returns (test
+    accuracy, timing summary)."""
     import jaxkeras as K
 
     _, x_test, _, y_test = data
@@ -118,13 +138,14 @@ def train_jaxkeras(name, sizes, data, epochs):
             f"{name:>8} epoch {epoch + 1:2d}/{epochs}  loss {np.mean(losses):.4f}  "
             f"test accuracy {acc:.4f}"
         )
+        yield
     assert train_step.trace_count == 1, "the training step compiled more than once"
     return float(evaluate([x_test, y_test])[0]), timing.summary()
 
 
 def train_hand_written(sizes, data, epochs):
     """The same SGD step written directly with jax.jit and jax.grad, run on the same batches
-    and timed the same way; returns its timing summary."""
+    and timed the same way, yielding after each epoch; returns its timing summary."""
     import jax
     import jax.numpy as jnp
 
@@ -154,6 +175,7 @@ def train_hand_written(sizes, data, epochs):
                 return float(loss)  # K.function returns NumPy values: the same transfer
 
             timing.step(call)
+        yield
     return timing.summary()
 
 
@@ -212,6 +234,7 @@ def _ms(seconds: float) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
     parser.add_argument("--side", choices=["tf_keras"], help=argparse.SUPPRESS)
     parser.add_argument("--model", choices=[n for n, _ in MODELS], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -229,14 +252,17 @@ def main():
     )
     results = {}
     for name, sizes in MODELS:
-        acc, ours = train_jaxkeras(name, sizes, data, args.epochs)
-        results[name] = (acc, ours, train_hand_written(sizes, data, args.epochs))
+        (acc, ours), hand = alternately(
+            train_jaxkeras(name, sizes, data, args.epochs),
+            train_hand_written(sizes, data, args.epochs),
+        )
+        results[name] = (acc, ours, hand)
     tf_rows = tf_keras_rows(args.epochs)
     print()
     print(
         "first step: build + compile + first training step; steady step: median of the last "
-        "half of the steps;\nlongest: the longest step after the first. Hand-written JAX and "
-        "TF-Keras run the same model, SGD and batches."
+        "half of the steps;\nlongest: the longest step after the first. Hand-written JAX (its "
+        "epochs alternating with jaxkeras's) and TF-Keras run the same model, SGD and batches."
     )
     header = f"{'model':>8} {'test acc':>9} {'':>14} {'first step':>11} {'steady step':>11}"
     print(header + f" {'longest':>11}")
@@ -255,6 +281,17 @@ def main():
         print("(TF-Keras: not installed here; `make bench` installs it into .venv-bench)")
     if results["mlp"][0] < 0.95:
         raise SystemExit(f"MLP test accuracy {results['mlp'][0]:.4f} is below 0.95")
+    if args.json:
+        sides = {
+            name: {
+                "accuracy": acc,
+                "jaxkeras": ours,
+                "hand_written": hand,
+                "tf_keras": tf_rows.get(name),
+            }
+            for name, (acc, ours, hand) in results.items()
+        }
+        print(json.dumps(sides))
 
 
 if __name__ == "__main__":
