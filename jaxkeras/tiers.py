@@ -8,8 +8,8 @@ compile as quickly or quicker and run as fast: the train steps of an MLP, the di
 and LSTM, a 12-conv residual net, Keras's cifar10 convnet, ``keras.applications`` MobileNet,
 MobileNetV2, NASNetMobile and DenseNet121 (``benchmarks/RESULTS.md``, "Design measurements
 (by hand)", "tiered compilation" and "the move"). A compile at LLVM's level 0 is several
-times quicker still, but its fusions run unoptimized (DenseNet121's step 1.8x, ResNet50V2's
-10x the optimized one's), so an executable at level 0 is a bridge: its signature moves to an
+times quicker still, but its fusions run unoptimized (DenseNet121's and ResNet50V2's steps
+1.8x the optimized one's), so an executable at level 0 is a bridge: its signature moves to an
 optimized compile made in the background. While that compile runs, it shares the cores
 with training: on a 2-core machine a 90 us step took up to 5 ms, a DenseNet121 step up
 to 550 ms ("the move").
@@ -429,7 +429,7 @@ class Upgrade:
         self._warm_up = tier.warm_up
         self.quick = quick
         # a level-0 first compile is a bridge: its steps run slower until the move (DenseNet121
-        # 1.8x, ResNet50V2 10x: benchmarks/RESULTS.md, "the move"), so the move comes early
+        # and ResNet50V2 1.8x: benchmarks/RESULTS.md, "the move"), so the move comes early
         bridge = tier.bridge and tier.first(quick)
         self.countdown = 1 if bridge else CALLS_BEFORE_OPTIMIZING
         self.reproducible = mode() == "reproducible"
