@@ -297,11 +297,10 @@ def main(quick: bool = False, names: list[str] | None = None, rounds: int = 1) -
         longest = [o["longest_s"] for o in ours]
         steady = [o["steady_s"] for o in ours]
         rows.append(
-            Row(
+            ratio_row(
                 f"cold {name}: longest later step vs steady step",
-                time_text(float(np.median(longest))),
-                time_text(float(np.median(steady))),
-                [a / b for a, b in zip(longest, steady)],
+                longest,
+                steady,
                 2.0,
                 f"jaxkeras, {_moves(ours)}",
             )

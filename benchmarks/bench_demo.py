@@ -70,11 +70,10 @@ def model_rows(name: str, runs: list[dict]) -> list[Row]:
         a / b for a, b in zip(figures("hand_written", "longest"), figures("hand_written", "steady"))
     ]
     rows.append(
-        Row(
+        ratio_row(
             f"digits demo {name}: longest later step vs steady step",
-            time_text(float(np.median(longest))),
-            time_text(float(np.median(steady))),
-            [a / b for a, b in zip(longest, steady)],
+            longest,
+            steady,
             2.0,
             f"jaxkeras; hand-written JAX's own: {np.median(hand):.2f} ({min(hand):.2f}-"
             f"{max(hand):.2f}); time beyond twice the steady step, whole run: jaxkeras "
