@@ -449,6 +449,8 @@ class Function:
             warm_up = platform == "cpu" and not calls_back
             quick = tiers.Quick(run, donated, options, compiled, warm_up, plan.moves)
             self._quick[key] = quick
+            if warm_up and plan.level == 1 and plan.later:  # a small program (see set_up)
+                tiers.set_up(compiled, args)
         self._compiled[key] = compiled
         self._options = options
         return compiled

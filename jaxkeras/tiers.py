@@ -391,7 +391,9 @@ def _run_once(compiled: Any, specs: tuple) -> None:
     a ``keras.applications`` MobileNet's train step: ``benchmarks/RESULTS.md``, "Design
     measurements (by hand)", "the move"), and a later run in another thread is as quick as
     any: run here, in the background, that first run is not the training loop's first call on
-    the optimized tier. Not done for a weak-typed argument (zeros would not match it)."""
+    the optimized tier. Not done for a weak-typed argument (zeros would not match it). An
+    uncommitted array's zeros are uncommitted too, so that a jitted function's call on them
+    and on the array compile once."""
     zeros = []
     for spec in specs:
         if isinstance(spec, np.ndarray):
@@ -399,8 +401,30 @@ def _run_once(compiled: Any, specs: tuple) -> None:
         elif spec.weak_type:
             return
         else:
-            zeros.append(jax.device_put(np.zeros(spec.shape, spec.dtype), spec.sharding))
+            host = np.zeros(spec.shape, spec.dtype)
+            committed = getattr(spec, "committed", True)
+            zeros.append(jax.device_put(host, spec.sharding if committed else None))
     jax.block_until_ready(compiled(*zeros))
+
+
+def set_up(compiled: Any, args: tuple) -> None:
+    """Compiles ``compiled`` for ``args`` and runs it once on zeros of their shapes (see
+    :func:`_run_once`), so that the call on ``args`` is the executable's second run.
+
+    An XLA:CPU executable's first two runs are its slowest: for the digits demo's logistic
+    regression (an 80 µs step) the second step took 0.36-0.70 ms, its longest, against
+    0.21-0.29 ms set up this way, about what hand-written JAX's second step takes
+    (``benchmarks/RESULTS.md``, "Design measurements (by hand)", "the move").
+    :func:`jaxkeras.function` does it on the first call of a small program's first signature
+    on CPU (not for a program that calls Python back: its prints would show), where a run
+    costs about one step: well under a millisecond of a first step of a fifth of a second.
+
+    Args:
+        compiled: the jitted function, not compiled yet for ``args``' shapes.
+        args: the first call's flat arguments; nothing is run unless all are arrays.
+    """
+    if all(isinstance(arg, (np.ndarray, jax.Array)) for arg in args):
+        _run_once(compiled, args)
 
 
 class Upgrade:

@@ -81,7 +81,8 @@ def test_the_optimized_executable_runs_once_before_the_move(monkeypatch):
     f(batch)  # starts the optimized compile
     before = [K.get_value(w) for w in ws]
     assert f.wait_optimized(timeout=120)
-    assert [spec.shape for spec in runs[0][-2:]] == [(16, 32), (16, 10)]
+    assert len(runs) == 2  # the quick executable's set-up (see below), then the optimized one's
+    assert [spec.shape for spec in runs[1][-2:]] == [(16, 32), (16, 10)]
     for w, value in zip(ws, before):
         np.testing.assert_array_equal(K.get_value(w), value)
     (loss,) = f(batch)
@@ -458,6 +459,25 @@ def test_default_runs_are_the_same_bit_for_bit_and_as_one_tier(default_mode):
     assert first.tobytes() == second.tobytes() == plain.tobytes()
     for a, b, c in zip(first_ws, second_ws, plain_ws):
         assert a.tobytes() == b.tobytes() == c.tobytes()
+
+
+def test_a_small_programs_first_call_sets_its_executable_up(default_mode, monkeypatch):
+    # its first call runs the executable on zeros, then on the call's values: one compile,
+    # the state updated once (the runs equal one tier's bit for bit: test above)
+    runs = []
+    real = tiers._run_once
+    monkeypatch.setattr(tiers, "_run_once", lambda c, specs: runs.append(specs) or real(c, specs))
+    f, _ = _train_step()
+    with compile_threads() as compiles:
+        f(_batch())
+        assert len(compiles) == 1
+    assert len(runs) == 1 and [a.shape for a in runs[0][-2:]] == [(16, 32), (16, 10)]
+    f(_batch())
+    assert len(runs) == 1  # once per signature
+    monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)  # a large program's run costs a step
+    f, _ = _train_step()
+    f(_batch())
+    assert len(runs) == 1
 
 
 def test_in_the_default_mode_a_later_shape_compiles_at_level_zero_then_moves(default_mode):
