@@ -435,7 +435,8 @@ class Function:
         jaxpr = jax.jit(run, donate_argnums=donated).trace(*args).jaxpr
         tiered = tiers.has_second_tier()
         # (walked once, where donation or the optimized tier's first run needs to know)
-        calls_back = bool(donated or tiered) and _calls_back(jaxpr.jaxpr)
+        primitives = _primitives(jaxpr.jaxpr) if donated or tiered else set()
+        calls_back = any(name.endswith("callback") for name in primitives)
         if donated and calls_back:
             donated = ()
             self._calls_back = True
@@ -449,7 +450,8 @@ class Function:
             warm_up = platform == "cpu" and not calls_back
             quick = tiers.Quick(run, donated, options, compiled, warm_up, plan.moves)
             self._quick[key] = quick
-            if warm_up and plan.level == 1 and plan.later:  # a small program (see set_up)
+            # a small program (see set_up), which zeros cannot keep in a loop
+            if warm_up and plan.level == 1 and plan.later and "while" not in primitives:
                 tiers.set_up(compiled, args)
         self._compiled[key] = compiled
         self._options = options
@@ -802,17 +804,18 @@ def _laid_out_outputs(outputs: list) -> list:
     return [o if graph.is_bcoo(o) else lax.with_sharding_constraint(o, layout) for o in outputs]
 
 
-def _calls_back(jaxpr: Any) -> bool:
-    """Whether a jaxpr (or one nested in it: scan, cond, custom derivatives) calls Python."""
+def _primitives(jaxpr: Any, names: set | None = None) -> set[str]:
+    """The names of the primitives of a jaxpr and of those nested in it (scan, cond, custom
+    derivatives): whether it calls Python (``...callback``) or loops on values (``while``)."""
+    names = set() if names is None else names
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name.endswith("callback"):
-            return True
+        names.add(eqn.primitive.name)
         for param in eqn.params.values():
             for sub in param if isinstance(param, (list, tuple)) else (param,):
                 inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds a Jaxpr
-                if hasattr(inner, "eqns") and _calls_back(inner):
-                    return True
-    return False
+                if hasattr(inner, "eqns"):
+                    _primitives(inner, names)
+    return names
 
 
 def _platform_of(args: Sequence[Any]) -> str | None:

@@ -416,8 +416,9 @@ def set_up(compiled: Any, args: tuple) -> None:
     0.21-0.29 ms set up this way, about what hand-written JAX's second step takes
     (``benchmarks/RESULTS.md``, "Design measurements (by hand)", "the move").
     :func:`jaxkeras.function` does it on the first call of a small program's first signature
-    on CPU (not for a program that calls Python back: its prints would show), where a run
-    costs about one step: well under a millisecond of a first step of a fifth of a second.
+    on CPU, where a run costs about one step: well under a millisecond of a first step of a
+    fifth of a second. Not for a program that calls Python back (its prints would show) or
+    loops on values (a ``while`` loop, which zeros might not end).
 
     Args:
         compiled: the jitted function, not compiled yet for ``args``' shapes.

@@ -474,6 +474,13 @@ def test_a_small_programs_first_call_sets_its_executable_up(default_mode, monkey
     assert len(runs) == 1 and [a.shape for a in runs[0][-2:]] == [(16, 32), (16, 10)]
     f(_batch())
     assert len(runs) == 1  # once per signature
+    x = K.placeholder((None, 3))
+    doubled = K.op(
+        lambda v: jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, c[1] * 2), (0, v))[1]
+    )
+    loops = K.function([x], [doubled(x)])  # zeros might not end a loop on values
+    np.testing.assert_array_equal(loops([np.ones((2, 3), "float32")])[0], np.full((2, 3), 4.0))
+    assert len(runs) == 1
     monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)  # a large program's run costs a step
     f, _ = _train_step()
     f(_batch())
