@@ -422,9 +422,10 @@ def set_up(compiled: Any, args: tuple) -> None:
 
     Args:
         compiled: the jitted function, not compiled yet for ``args``' shapes.
-        args: the first call's flat arguments; nothing is run unless all are arrays.
+        args: the first call's flat arguments; nothing is run unless all are concrete arrays.
     """
-    if all(isinstance(arg, (np.ndarray, jax.Array)) for arg in args):
+    arrays = (np.ndarray, jax.Array)
+    if all(isinstance(a, arrays) and not isinstance(a, jax.core.Tracer) for a in args):
         _run_once(compiled, args)
 
 
