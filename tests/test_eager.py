@@ -358,6 +358,28 @@ def test_eager_clip_reuses_its_compiled_body_for_new_bounds_and_keeps_the_dtype_
     np.testing.assert_array_equal(K.clip(ints, 2.5, 4.7), np.clip(np.arange(6), 2, 4))
     assert K.clip(ints, 1.5, 3.2).dtype == ints.dtype
     assert ops_math._clip.concrete._cache_size() == before + 1
+    # number bounds take the quickest path: a max below the min still clamps to the min
+    np.testing.assert_array_equal(K.clip(ints, 4, 2), np.full(6, 4))
+    with pytest.raises(TypeError, match="clip: max_value must be a tensor or a number"):
+        K.clip(ints, 1, "3")
+
+
+def test_eager_dot_of_jax_arrays_is_numpys_for_every_rank_and_names_shapes_that_differ():
+    for x_shape, y_shape in [
+        ((2, 3), (3, 4)),
+        ((32, 28, 3), (3, 4)),
+        ((2, 3), (4, 3, 5)),
+        ((2, 3, 4), (5, 4, 6)),
+        ((3,), (3,)),
+        ((2, 3), (3,)),
+    ]:
+        a = RNG.normal(size=x_shape).astype(np.float32)
+        b = RNG.normal(size=y_shape).astype(np.float32)
+        got = K.dot(jnp.asarray(a), jnp.asarray(b))
+        assert got.shape == np.dot(a, b).shape
+        np.testing.assert_allclose(got, np.dot(a, b), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"dot: incompatible shapes \(2, 3\) and \(4,\)"):
+        K.dot(jnp.zeros((2, 3)), jnp.zeros(4))
 
 
 def test_eager_concatenate_takes_numpy_and_jax_arrays_together_and_lists_of_any_length():

@@ -339,3 +339,7 @@ def test_state_scope_follows_the_policy():
         got = np.asarray(K.dot(x, w))
     assert got.dtype == np.float32
     assert 0 < np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+    # jax.Arrays in a state scope: the scope's policy too, not eager float32's
+    arrays = jax.numpy.asarray(x), jax.numpy.asarray(K.get_value(w))
+    with mp.policy("mixed_bfloat16"), K.state_scope(K.get_state([w])):
+        np.testing.assert_array_equal(K.dot(*arrays), got)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxkeras._engine.graph import ARRAY_TYPE, Symbolic, Tensor, is_bcoo, op
+from jaxkeras._engine.graph import ARRAY_TYPE, Symbolic, Tensor, is_bcoo, op, plain_eager
 from jaxkeras._ops.common import (
     TensorLike,
 )
@@ -320,12 +320,20 @@ def clip(x: TensorLike, min_value: TensorLike, max_value: TensorLike) -> TensorL
     Raises:
         TypeError: when a bound is not a tensor, a number or ``None``.
     """
+    if type(min_value) in _BOUNDS and type(max_value) in _BOUNDS:  # numbers: no text to check
+        max_value = max(min_value, max_value)
+        if plain_eager(x):
+            return _clip.concrete(x, min_value, max_value)
+        return _clip(x, min_value, max_value)
     check_numeric("clip", "min_value", min_value)
     check_numeric("clip", "max_value", max_value)
     numbers = (int, float, np.integer, np.floating)
     if isinstance(min_value, numbers) and isinstance(max_value, numbers):
         max_value = max(min_value, max_value)
     return _clip(x, min_value, max_value)
+
+
+_BOUNDS = frozenset({int, float})
 
 
 def _cast_body(x: Any, dtype: str) -> Any:

@@ -31,7 +31,7 @@ from jaxkeras._engine.graph.base import (
     is_node,
     static_shape,
 )
-from jaxkeras._engine.graph.context import Context, active_context, active_scope
+from jaxkeras._engine.graph.context import Context, active_context, active_scope, plain_eager
 from jaxkeras._engine.graph.dtypes import dtype_of, standardize_dtype
 from jaxkeras._engine.graph.grad import GradNode, gradient_nodes
 from jaxkeras._engine.graph.infer import SHAPE_CACHE, ShapeRule, known_entries
@@ -112,6 +112,7 @@ __all__ = [
     "known_entries",
     "node_key",
     "op",
+    "plain_eager",
     "random_nodes",
     "record",
     "reset",

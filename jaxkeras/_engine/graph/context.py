@@ -7,6 +7,7 @@ from typing import Any
 import jax
 from jax.extend.core import get_opaque_trace_state
 
+from jaxkeras._engine.graph.base import ARRAY_TYPE
 from jaxkeras._engine.graph.keys import node_key
 from jaxkeras._engine.graph.runtime import PHASE, THREAD, state_source
 
@@ -162,6 +163,24 @@ def active_context() -> Context | None:
     """Returns this thread's innermost active context, or ``None``."""
     contexts = THREAD.contexts
     return contexts[-1] if contexts else None
+
+
+def plain_eager(*values: Any) -> bool:
+    """Whether ``values`` are all ``jax.Array`` s and this thread runs outside any trace and any
+    graph evaluation: where an op's public function may call the ``jax.numpy`` code its body
+    would run, skipping the op decorator's tests and the evaluation's dtype policy (float32's
+    there: :func:`jaxkeras.mixed_precision.evaluation_policy`).
+
+    Args:
+        *values: the op's array arguments.
+
+    Returns:
+        ``True`` when the op runs now on arrays, with float32's policy.
+    """
+    for value in values:
+        if type(value) is not ARRAY_TYPE:
+            return False
+    return TRACE.value is TOP_LEVEL and not THREAD.contexts
 
 
 def active_scope() -> Context | None:
