@@ -105,7 +105,19 @@ INITIAL_LOSS_SCALE = 2.0**15
 GROWTH_PERIOD = 2000
 """How many finite steps in a row double the loss scale (TF's)."""
 _GLOBAL: list[Policy] = [POLICIES["float32"]]
-_THREAD = threading.local()
+
+
+class _PolicyStacks(threading.local):
+    """Each thread's :func:`policy` blocks and whether its products are to be transposed
+    (attributes set for every thread: reading a missing one would cost a caught exception on
+    every call)."""
+
+    def __init__(self) -> None:
+        self.stack: list[Policy] = []
+        self.transposable = False
+
+
+_THREAD = _PolicyStacks()
 _LOSS_SCALE: list = []  # the scale and the count of finite steps, made on first need
 _LOSS_SCALE_LOCK = threading.Lock()
 
@@ -140,7 +152,7 @@ def global_policy() -> Policy:
     Returns:
         A :class:`Policy`.
     """
-    scoped = getattr(_THREAD, "stack", None)
+    scoped = _THREAD.stack
     return scoped[-1] if scoped else _GLOBAL[0]
 
 
@@ -166,9 +178,7 @@ def policy(name: str | Policy) -> Iterator[Policy]:
         'float32'
     """
     chosen = _named(name, "policy")
-    stack = getattr(_THREAD, "stack", None)
-    if stack is None:
-        stack = _THREAD.stack = []
+    stack = _THREAD.stack
     stack.append(chosen)
     try:
         yield chosen
@@ -210,7 +220,7 @@ def product(fn: Callable[..., Any], *operands: Any) -> Any:
         return fn(*operands)
     compute = jnp.dtype(chosen.compute_dtype)
     operands = [x.astype(compute) if f else x for x, f in zip(operands, floats)]
-    if getattr(_THREAD, "transposable", False):
+    if _THREAD.transposable:
         return fn(*operands, preferred_element_type=jnp.float32)
     return _mixed(fn, *operands)
 
@@ -225,7 +235,7 @@ def transposable_products() -> Iterator[None]:
     Yields:
         Nothing.
     """
-    before = getattr(_THREAD, "transposable", False)
+    before = _THREAD.transposable
     _THREAD.transposable = True
     try:
         yield
