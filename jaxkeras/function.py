@@ -43,6 +43,7 @@ from jaxkeras._engine.graph import (
     table_keys,
     topological_order,
 )
+from jaxkeras._engine.graph.context import TOP_LEVEL, TRACE
 from jaxkeras._engine.graph.interpret import evaluate_in_slices
 from jaxkeras._engine.packs import StateLayout
 from jaxkeras._engine.store import STORE, place_like, stored_layout, to_numpy
@@ -542,6 +543,21 @@ class Function:
             f"(for {[x.name for x in self.inputs]}), got {described(inputs)}"
         )
 
+    def _inside_trace_error(self) -> RuntimeError:
+        """The error of a call inside a user's ``jax.jit``/``grad``/``vmap``: there the graph's
+        variables would be read as constants of that trace (stale once they change, with
+        nothing to tell) and its updates would store traced values, so nothing runs and the
+        store is left as it was. Its pure form takes the state as an argument instead."""
+        label = f" {self.name!r}" if self.name else ""
+        return RuntimeError(
+            f"K.function{label} was called inside a jax.jit/grad/vmap trace. There its variables "
+            "would be constants of your trace (stale once they change) and its updates could "
+            "not be stored. Call it outside the trace, or trace its pure form with the state "
+            "as an argument: `outputs, new_state = f.pure(state, key, feeds)`, with "
+            "`state = f.state()` and `key = f.next_key()` passed in (then `K.set_state("
+            "new_state)` outside, to keep the updates). See docs/functional-jax.md."
+        )
+
     def lower(self, inputs: Sequence[Any]) -> jax.stages.Lowered:
         """Lowers the compiled function for ``inputs`` without running it (to inspect its HLO,
         its cost or its memory: ``f.lower(inputs).compile().memory_analysis()``).
@@ -698,7 +714,11 @@ class Function:
             ValueError: for a wrong number of inputs, a feed whose shape does not fit, or a
                 learning-phase feed other than 0 or 1.
             TypeError: for a feed that cannot be cast to its input's dtype.
+            RuntimeError: for a call inside a ``jax.jit``/``grad``/``vmap`` trace (see
+                :meth:`_inside_trace_error`).
         """
+        if TRACE.value is not TOP_LEVEL:
+            raise self._inside_trace_error()
         if type(inputs) in _SEQUENCES and len(inputs) == self._n_inputs and self._plain:
             # the common case, checked with the fewest Python calls (see _feeds)
             phase = PHASE.value or 0

@@ -166,6 +166,30 @@ def test_pure_function_composes_with_jit_vmap_scan_and_grad():
         f.pure({}, key, [data])
 
 
+@pytest.mark.parametrize(
+    "transform",
+    [jax.jit, jax.grad, jax.vmap],
+    ids=["jit", "grad", "vmap"],
+)
+def test_a_call_inside_a_users_trace_says_to_trace_f_pure_and_leaves_the_store_alone(transform):
+    w = K.variable(np.array([1.0, -2.0], np.float32))
+    x = K.placeholder((2,))
+    step = K.function([x], [K.sum(x * w)], updates=[K.update_add(w, x)], name="step")
+    data = jnp.asarray([0.5, 0.25])
+    with pytest.raises(RuntimeError, match=r"K.function 'step' was called inside .*f\.pure"):
+        transform(lambda v: step([v])[0])(
+            jnp.stack([data, data]) if transform is jax.vmap else data
+        )
+    np.testing.assert_array_equal(K.get_value(w), [1.0, -2.0])  # nothing ran, nothing stored
+    # what the error proposes: the pure form, traced, with the state passed in
+    traced = jax.jit(step.pure)
+    (total,), new_state = traced(step.state(), step.next_key(), [data])
+    assert float(total) == 0.5 * 1.0 + 0.25 * -2.0
+    K.set_state(new_state)
+    np.testing.assert_array_equal(K.get_value(w), [1.5, -1.75])
+    assert float(step([np.asarray(data)])[0]) == 0.5 * 1.5 + 0.25 * -1.75  # f works as before
+
+
 def test_function_rejects_unknown_kwargs_and_bad_inputs():
     x = K.placeholder((2,))
     with pytest.raises(ValueError, match="fetches"):
