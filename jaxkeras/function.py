@@ -450,6 +450,7 @@ class Function:
         if tiered:
             warm_up = platform == "cpu" and not calls_back
             quick = tiers.Quick(run, donated, options, compiled, warm_up, plan.moves)
+            quick.symbolic.plan(self._unknown_sizes(first_feed), exportable=not calls_back)
             self._quick[key] = quick
             # a small program (see set_up), which zeros cannot keep in a loop
             if warm_up and plan.level == 1 and plan.later and "while" not in primitives:
@@ -457,6 +458,18 @@ class Function:
         self._compiled[key] = compiled
         self._options = options
         return compiled
+
+    def _unknown_sizes(self, first_feed: int) -> frozenset[tuple[int, int]]:
+        """The places ``(argument, axis)`` of the feeds' sizes their inputs leave unknown
+        (``None``), the feeds' arguments starting at ``first_feed``."""
+        fed = [f for f in self._feeders if f is not None]
+        return frozenset(
+            (first_feed + k, axis)
+            for k, feeder in enumerate(fed)
+            if feeder.shape is not None
+            for axis, size in enumerate(feeder.shape)
+            if size is None
+        )
 
     def _compile_first(self, key: Any, args: tuple) -> Any:
         """:meth:`_compile`, then the other batch sizes announced by
@@ -633,7 +646,7 @@ class Function:
             if (quick := self._quick.get(key)) is None:  # compiled with one tier
                 return compiled
             # (its first call, which compiles it, is not counted: as a function's first call)
-            runs = quick.executable(feeds[len(feeds) - len(self._feed_inputs) :])
+            runs = quick.executable((*args, *feeds), len(self._feed_inputs))
             if quick.final(runs):  # compiled once: settled at once
                 executable, self._options = self._optimized.setdefault(signature, runs)
                 return executable

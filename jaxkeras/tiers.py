@@ -67,6 +67,7 @@ import numpy as np
 
 from jaxkeras._engine.ahead import batch_of, planned_specs
 from jaxkeras._engine.graph import DISTRIBUTION
+from jaxkeras._engine.symbolic import SymbolicSizes
 from jaxkeras._xla import options
 from jaxkeras.config import env_switch
 
@@ -315,6 +316,8 @@ class Quick:
         moves: the argument of that name.
         bridge: whether the first signature compiled at LLVM's level 0 (:func:`quick_plan`):
             a bridge to the optimized tier, whose compile then starts at the second call.
+        symbolic: the later signatures' export with symbolic sizes
+            (:class:`jaxkeras._engine.symbolic.SymbolicSizes`).
     """
 
     def __init__(
@@ -330,6 +333,7 @@ class Quick:
         self._first = (compiled, options)
         self.bridge = (options or {}).get(_LEVEL_FLAG) == 0
         self._later: tuple[Any, Any] | None = None
+        self.symbolic = SymbolicSizes(run, donated)
         self._signatures = 0
         self.planned: frozenset[int] = frozenset()
 
@@ -356,23 +360,28 @@ class Quick:
         """
         return not self.moves and quick is self._first
 
-    def executable(self, feeds: Sequence[Any]) -> tuple[Any, Any]:
+    def executable(self, args: Sequence[Any], n_feeds: int) -> tuple[Any, Any]:
         """The quick executable of a new signature and its options: the first signature's
         for the first one and for the batch sizes compiled ahead with it (:attr:`planned`);
         for each later one (a function called with a shape it has not seen: a decode one
         token longer per call), LLVM's level 0, which compiles several times quicker
         (``benchmarks/RESULTS.md``, "Design measurements (by hand)", "many shapes"): a shape
         seen once runs about as often as it is compiled, and one called
-        :data:`CALLS_BEFORE_OPTIMIZING` times gets the optimized compile.
+        :data:`CALLS_BEFORE_OPTIMIZING` times gets the optimized compile. From the third
+        signature on, the later ones are compiled from one trace of the program with their
+        changing sizes as symbols, where it can be exported so
+        (:mod:`jaxkeras._engine.symbolic`).
 
         Args:
-            feeds: the signature's feeds.
+            args: the call's flat arguments, its feeds last.
+            n_feeds: how many of them are feeds.
 
         Returns:
-            The ``jax.jit`` and its options.
+            The ``jax.jit`` (or the signature's compiled executable) and its options.
         """
         self._signatures += 1
-        if self._signatures == 1 or batch_of(feeds) in self.planned:
+        if self._signatures == 1 or batch_of(args[len(args) - n_feeds :]) in self.planned:
+            self.symbolic.saw(args)
             return self._first
         if self._later is None:
             options = quick_options(0)
@@ -381,7 +390,8 @@ class Quick:
             else:
                 jitted = jax.jit(self.run, donate_argnums=self.donated, compiler_options=options)
                 self._later = (jitted, options)
-        return self._later
+        compiled = self.symbolic.compiled(args, self._later[1])
+        return self._later if compiled is None else (compiled, self._later[1])
 
 
 def _run_once(compiled: Any, specs: tuple) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import jaxkeras as K
 from jaxkeras import tiers
+from jaxkeras._engine import symbolic
 from jaxkeras._engine.ahead import plan_batch_sizes
 from jaxkeras._xla import options as xla_options
 from tests.helpers import compile_threads, run_python
@@ -520,3 +521,75 @@ def test_the_default_plan(default_mode, monkeypatch):
     assert tiers.quick_plan(products) == tiers.quick_plan(elementwise) == (1, False, True)
     monkeypatch.setattr(tiers, "LARGE_PROGRAM", 1)
     assert tiers.quick_plan(products) == tiers.quick_plan(elementwise) == (1, False, False)
+
+
+def _decoder():
+    """An RNN over sequences of unknown batch and length, as a decode calls it."""
+    x = K.placeholder((None, None, 4))
+    w = K.variable(np.random.default_rng(7).normal(size=(4, 3)).astype("float32"))
+
+    def step(inputs, states):
+        h = K.tanh(K.dot(inputs, w) + states[0])
+        return h, [h]
+
+    last, outs, _ = K.rnn(step, x, [K.zeros_like(K.sum(x, axis=1)[:, :3])])
+    return K.function([x], [last, K.mean(outs, axis=1), K.softmax(K.sum(outs, axis=1))])
+
+
+_DECODE = [(4, 3), (4, 4), (4, 5), (3, 6), (3, 7), (2, 8), (4, 5)]  # one longer, fewer left
+
+
+def test_later_shapes_are_compiled_from_one_symbolic_trace_with_the_numbers_of_their_own(
+    default_mode, monkeypatch
+):
+    data = [RNG.normal(size=(b, t, 4)).astype("float32") for b, t in _DECODE]
+    f = _decoder()
+    got = [f([d]) for d in data[:-1]]
+    # the first two shapes traced each, the third exported the program with the batch and the
+    # length as symbols, which served the rest (the batch that shrank included)
+    assert f.trace_count == 3
+    got.append(f([data[-1]]))  # (a shape seen before: its own executable)
+    monkeypatch.setattr(symbolic, "FROM_SIGNATURE", 10**9)
+    g = _decoder()
+    for d, ours in zip(data, got):
+        for a, b in zip(ours, g([d])):
+            np.testing.assert_array_equal(a, b)  # as each shape's own trace computes
+    assert g.trace_count == len(set(_DECODE))
+
+
+def test_a_later_shape_served_by_the_export_still_moves_to_its_optimized_compile(default_mode):
+    f = _decoder()
+    data = [RNG.normal(size=(b, t, 4)).astype("float32") for b, t in _DECODE[:4]]
+    for d in data:
+        f([d])
+    level_zero = f.compiler_options
+    assert level_zero[xla_options.CPU_LEVEL_FLAG] == 0
+    before = f([data[-1]])  # its second call starts the optimized compile ...
+    assert f.wait_optimized(timeout=120)
+    after = f([data[-1]])  # ... which the next one runs
+    assert f.compiler_options == tiers.optimized_options()
+    for a, b in zip(before, after):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_program_that_cannot_be_exported_traces_each_shape(default_mode, capsys):
+    x = K.placeholder((None, 3))
+    f = K.function([x], [K.sum(K.print_tensor(x, "x:") * 2, axis=0)])  # a callback
+    for size in (1, 2, 3, 4):
+        np.testing.assert_array_equal(f([np.ones((size, 3), "float32")])[0], np.full(3, 2 * size))
+    assert f.trace_count == 4
+    assert capsys.readouterr().out.count("x:") == 4
+
+
+def test_symbol_groups_share_a_symbol_between_sizes_that_always_agreed():
+    first, second = ((16, 8), (16, 10), (5, 5)), ((7, 8), (7, 10), (5, 5))
+    assert symbolic._symbol_groups([first, second], frozenset()) == (((0, 0), (1, 0)),)
+    # an unknown size takes a symbol before it changes; one that agreed with another by chance
+    # and then did not has a symbol of its own
+    unknown = frozenset({(0, 1), (2, 0)})
+    assert symbolic._symbol_groups([first, second], unknown) == (
+        ((0, 0), (1, 0)),
+        ((0, 1),),
+        ((2, 0),),
+    )
+    assert symbolic._symbol_groups([first, ((7, 8, 1), (7, 10), (5, 5))], unknown) is None
