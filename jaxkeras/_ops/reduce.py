@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxkeras._engine.graph import ARRAY_TYPES, Node, dtype_of, op
+from jaxkeras._engine.graph import ARRAY_TYPE, ARRAY_TYPES, Node, dtype_of, op
+from jaxkeras._engine.graph.context import TOP_LEVEL, TRACE
 from jaxkeras._ops.common import (
     Axes,
     TensorLike,
@@ -108,6 +109,11 @@ _pack = op(lambda values: jnp.asarray(values), name="pack", shape_rule=_pack_rul
 
 
 def _reduce(reduction: Callable, x: TensorLike, axis: Axes, keepdims: bool) -> TensorLike:
+    if type(x) is ARRAY_TYPE and type(axis) is int and TRACE.value is TOP_LEVEL:
+        rank = x.ndim  # the common eager case, checked and run with the fewest Python calls
+        if -rank <= axis < rank:
+            run = reduction.concrete
+            return run(x, axis % rank, keepdims=True) if keepdims else run(x, axis % rank)
     if isinstance(x, (list, tuple)):  # e.g. K.prod([K.shape(x)[0], K.shape(x)[1]])
         x = _pack(list(x))
     if axis is None:
