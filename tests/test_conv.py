@@ -564,6 +564,41 @@ def test_depthwise_lowerings_and_gradients_match_reference(
         np.testing.assert_allclose(np.asarray(got), want, **TOL)
 
 
+@pytest.mark.parametrize(
+    ("sizes", "window", "data_format", "strides", "dilation", "multiplier"),
+    [
+        ((1, 1), (7, 7), "channels_last", 1, 1, 1),  # NASNet's last cells at small inputs
+        ((2, 2), (5, 7), "channels_first", 1, 1, 2),
+        ((2, 3), (7, 5), "channels_last", 2, 1, 1),
+        ((3, 2), (3, 3), "channels_last", 1, (2, 1), 2),
+    ],
+)
+def test_taps_depthwise_of_a_map_smaller_than_its_window_multiplies_only_the_input(
+    sizes, window, data_format, strides, dilation, multiplier
+):
+    x = uniform(*channels((2, *sizes, 3), data_format))
+    w = uniform(*window, 3, multiplier)
+    args = (strides, "same", dilation, data_format)
+
+    def conv_(a, b):
+        return K.depthwise_conv2d(a, b, strides, "same", data_format, dilation, lowering="taps")
+
+    y = jax.jit(conv_)(x, w)
+    np.testing.assert_allclose(np.asarray(y), np_depthwise(x, w, *args), **TOL)
+    ct = cotangent(y)
+    grads = jax.jit(lambda a, b: jax.vjp(conv_, a, b)[1](ct))(x, w)
+    for got, want in zip(grads, np_depthwise_vjp(x, w, ct, *args)):
+        np.testing.assert_allclose(np.asarray(got), want, **TOL)
+    # the offsets whose slices are padding alone are left out: a 1x1 map keeps its centre's
+    s, d = ((v, v) if isinstance(v, int) else v for v in (strides, dilation))
+    pads = conv_lowering.window_pads(sizes, window, s, d, "same")
+    live = conv_lowering._live_offsets(x, w, s, pads, d, data_format)
+    if sizes == (1, 1):
+        assert live == [(24, (3, 3))]
+    else:  # (the 3x3 window with a dilated axis reaches the input from every offset)
+        assert 0 < len(live) < window[0] * window[1] or window == (3, 3)
+
+
 @pytest.mark.parametrize("multiplier", [1, 2])
 @pytest.mark.parametrize("strides", [1, (2, 1)])
 def test_taps_depthwise_second_derivatives_match_reference(strides, multiplier):

@@ -410,16 +410,39 @@ def _scale_channels(x: Any, filters: Any, c_axis: int) -> Any:
     return y.reshape(*x.shape[:c_axis], channels * multiplier, *x.shape[c_axis + 1 :])
 
 
+def _live_offsets(x, kernel, strides, pads, dilation, data_format) -> list[tuple[int, tuple]]:
+    """The window offsets whose strided slice of the padded input holds some of the input, each
+    with its index in the window (row-major): the others' slices are padding alone, whose
+    products are zeros. A map smaller than the window has many: a 7x7 depthwise convolution
+    of a 1x1 map (NASNet's last cells at small inputs) multiplies one offset of 49 by the
+    input, a 2x2 map nine."""
+    n = kernel.ndim - 2
+    axes, window = spatial_axes(n, data_format), kernel.shape[:n]
+    live = []
+    for a, k, s, d, (lo, hi) in zip(axes, window, strides, dilation, pads):
+        size = x.shape[a]
+        out = output_size(size + lo + hi, k, s, d, "valid")
+        live.append(
+            [o for o in range(k) if any(lo <= p * s + o * d < lo + size for p in range(out))]
+        )
+    flat = {offset: i for i, offset in enumerate(itertools.product(*(range(k) for k in window)))}
+    return [(flat[offset], offset) for offset in itertools.product(*live)]
+
+
 def _taps_of_slices(x, kernel, strides, pads, dilation, data_format):
     """The depthwise taps sum, each window offset's strided slice of the input times the
-    offset's per-channel filters. With a multiplier, each filter index ``m`` sums on its own
+    offset's per-channel filters, over the offsets whose slices hold some of the input
+    (:func:`_live_offsets`). With a multiplier, each filter index ``m`` sums on its own
     and the sums interleave as channels ``c * multiplier + m``: the gradient with respect to
     the input is then one elementwise sum of the cotangent's products padded into place (with
     a multiplier axis in each product, XLA:CPU wrote out a sum over it per offset)."""
     n = kernel.ndim - 2
-    slices = _input_windows(x, kernel, strides, pads, dilation, data_format)
+    live = _live_offsets(x, kernel, strides, pads, dilation, data_format)
+    padded, axes, outs = _padded_input(x, kernel, strides, pads, dilation, data_format)
+    slices = [window_slice(padded, axes, offset, strides, dilation, outs) for _, offset in live]
     c_axis = channel_axis(n, data_format)
-    filters = kernel.reshape(len(slices), *kernel.shape[n:])
+    flat = kernel.reshape(-1, *kernel.shape[n:])
+    filters = [flat[i] for i, _ in live]
     sums = [
         functools.reduce(
             operator.add,
@@ -441,15 +464,17 @@ def _taps_of_scaled_input(x, kernel, strides, pads, dilation, data_format):
     it writes every offset's slice out first. Strides pad the cotangent with holes, which it
     writes out too."""
     n = kernel.ndim - 2
+    live = _live_offsets(x, kernel, strides, pads, dilation, data_format)
     x, axes, outs = _padded_input(x, kernel, strides, pads, dilation, data_format)
     c_axis = channel_axis(n, data_format)
-    offsets = itertools.product(*(range(k) for k in kernel.shape[:n]))
     filters = kernel.reshape(-1, *kernel.shape[n:])
     return functools.reduce(
         operator.add,
         (
-            window_slice(_scale_channels(x, f, c_axis), axes, offset, strides, dilation, outs)
-            for offset, f in zip(offsets, filters)
+            window_slice(
+                _scale_channels(x, filters[i], c_axis), axes, offset, strides, dilation, outs
+            )
+            for i, offset in live
         ),
     )
 
