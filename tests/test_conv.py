@@ -542,6 +542,17 @@ def cotangent(y):
     return np.random.default_rng(1).standard_normal(np.shape(y)).astype(np.float32)
 
 
+def check_depthwise(conv_, x, w, args):
+    """``conv_(x, w)`` and its gradients (for a random cotangent) against the NumPy reference
+    of a depthwise convolution with ``args`` (strides, padding, dilation, data format)."""
+    y = jax.jit(conv_)(x, w)
+    np.testing.assert_allclose(np.asarray(y), np_depthwise(x, w, *args), **TOL)
+    ct = cotangent(y)
+    grads = jax.jit(lambda a, b: jax.vjp(conv_, a, b)[1](ct))(x, w)
+    for got, want in zip(grads, np_depthwise_vjp(x, w, ct, *args)):
+        np.testing.assert_allclose(np.asarray(got), want, **TOL)
+
+
 @pytest.mark.parametrize("lowering", ["lax", "taps"])
 @pytest.mark.parametrize(
     ("data_format", "padding", "strides", "dilation", "multiplier"), DEPTHWISE_CASES
@@ -556,12 +567,7 @@ def test_depthwise_lowerings_and_gradients_match_reference(
     def conv_(a, b):
         return K.depthwise_conv2d(a, b, strides, padding, data_format, dilation, lowering=lowering)
 
-    y = jax.jit(conv_)(x, w)
-    np.testing.assert_allclose(np.asarray(y), np_depthwise(x, w, *args), **TOL)
-    ct = cotangent(y)
-    grads = jax.jit(lambda a, b: jax.vjp(conv_, a, b)[1](ct))(x, w)
-    for got, want in zip(grads, np_depthwise_vjp(x, w, ct, *args)):
-        np.testing.assert_allclose(np.asarray(got), want, **TOL)
+    check_depthwise(conv_, x, w, args)
 
 
 @pytest.mark.parametrize(
@@ -583,12 +589,7 @@ def test_taps_depthwise_of_a_map_smaller_than_its_window_multiplies_only_the_inp
     def conv_(a, b):
         return K.depthwise_conv2d(a, b, strides, "same", data_format, dilation, lowering="taps")
 
-    y = jax.jit(conv_)(x, w)
-    np.testing.assert_allclose(np.asarray(y), np_depthwise(x, w, *args), **TOL)
-    ct = cotangent(y)
-    grads = jax.jit(lambda a, b: jax.vjp(conv_, a, b)[1](ct))(x, w)
-    for got, want in zip(grads, np_depthwise_vjp(x, w, ct, *args)):
-        np.testing.assert_allclose(np.asarray(got), want, **TOL)
+    check_depthwise(conv_, x, w, args)
     # the offsets whose slices are padding alone are left out: a 1x1 map keeps its centre's
     s, d = ((v, v) if isinstance(v, int) else v for v in (strides, dilation))
     pads = conv_lowering.window_pads(sizes, window, s, d, "same")
