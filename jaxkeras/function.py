@@ -460,15 +460,17 @@ class Function:
         return compiled
 
     def _unknown_sizes(self, first_feed: int) -> frozenset[tuple[int, int]]:
-        """The places ``(argument, axis)`` of the feeds' sizes their inputs leave unknown
-        (``None``), the feeds' arguments starting at ``first_feed``."""
+        """The places ``(argument, axis)`` of the feeds' batch sizes that their inputs leave
+        unknown (``None``), the feeds' arguments starting at ``first_feed``: the size that a
+        later call changes after others did (a decode's batch, which shrinks once sequences
+        end). Other unknown sizes often never change (Keras's targets are ``(None, None)``,
+        their classes fixed by the model's output), and a symbol for one would fail where the
+        graph needs it equal to a known size."""
         fed = [f for f in self._feeders if f is not None]
         return frozenset(
-            (first_feed + k, axis)
+            (first_feed + k, len(feeder.shape) - len(feeder.tensor.shape))
             for k, feeder in enumerate(fed)
-            if feeder.shape is not None
-            for axis, size in enumerate(feeder.shape)
-            if size is None
+            if feeder.tensor.shape and feeder.tensor.shape[0] is None
         )
 
     def _compile_first(self, key: Any, args: tuple) -> Any:

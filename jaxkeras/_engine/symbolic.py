@@ -50,7 +50,7 @@ class SymbolicSizes:
 
         Args:
             unknown: the places ``(argument, axis)`` whose sizes may change from call to call
-                (its inputs' unknown sizes). The export takes them as symbols before they
+                (its inputs' unknown batch sizes). The export takes them as symbols before they
                 have changed, so that a size that changes later (a batch that shrinks after
                 many calls whose lengths grew) needs no export of its own. Where the program
                 cannot be exported so, only the sizes that did change are symbols.
@@ -92,8 +92,10 @@ class SymbolicSizes:
             self._call = self._exported(args, groups, options)
             if self._call is None and self._unknown:
                 self._unknown = frozenset()  # (a program that reads an unknown size as a number)
-                groups = _symbol_groups(signatures, self._unknown)
-                self._call = self._exported(args, groups, options)
+                fewer = _symbol_groups(signatures, self._unknown)
+                if fewer != groups:
+                    groups = fewer
+                    self._call = self._exported(args, groups, options)
             self._groups = groups
             if self._call is None:
                 self._failed = True
