@@ -320,20 +320,20 @@ def clip(x: TensorLike, min_value: TensorLike, max_value: TensorLike) -> TensorL
     Raises:
         TypeError: when a bound is not a tensor, a number or ``None``.
     """
-    if type(min_value) in _BOUNDS and type(max_value) in _BOUNDS:  # numbers: no text to check
+    numbers = type(min_value) in _BOUNDS and type(max_value) in _BOUNDS  # (no text to check)
+    if not numbers:
+        check_numeric("clip", "min_value", min_value)
+        check_numeric("clip", "max_value", max_value)
+        numbers = isinstance(min_value, _NUMBERS) and isinstance(max_value, _NUMBERS)
+    if numbers:
         max_value = max(min_value, max_value)
         if plain_eager(x):
             return _clip.concrete(x, min_value, max_value)
-        return _clip(x, min_value, max_value)
-    check_numeric("clip", "min_value", min_value)
-    check_numeric("clip", "max_value", max_value)
-    numbers = (int, float, np.integer, np.floating)
-    if isinstance(min_value, numbers) and isinstance(max_value, numbers):
-        max_value = max(min_value, max_value)
     return _clip(x, min_value, max_value)
 
 
-_BOUNDS = frozenset({int, float})
+_BOUNDS = frozenset({int, float})  # the common bounds, told apart by one type test
+_NUMBERS = (int, float, np.integer, np.floating)
 
 
 def _cast_body(x: Any, dtype: str) -> Any:
